@@ -1,0 +1,30 @@
+"""numba settings in one place: the on-disk cache folder and the jit decorators every kernel uses.
+
+Import this module before numba anywhere in kernels/: NUMBA_CACHE_DIR is read when numba is first
+imported. The cache lives in the project's `.cache/numba` (git-ignored) so CI and users reuse compiled
+kernels; a user may point NUMBA_CACHE_DIR elsewhere. fastmath is never on: ggml's rounding is the spec.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("NUMBA_CACHE_DIR", str(PROJECT_ROOT / ".cache" / "numba"))
+
+import numba  # noqa: E402
+
+# serial kernels (called from inside parallel ones, or small)
+jit = numba.njit(cache=True, fastmath=False, nogil=True)
+# kernels with a prange over independent output rows
+pjit = numba.njit(cache=True, fastmath=False, nogil=True, parallel=True)
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by every `pjit` kernel (llama.cpp's -t)."""
+    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+
+
+def get_num_threads() -> int:
+    return numba.get_num_threads()

@@ -1,0 +1,5 @@
+"""`python -m synapse_cli` is the `synapse` command."""
+
+from .cli import main
+
+main()

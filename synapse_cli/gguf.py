@@ -1,0 +1,427 @@
+"""GGUF reader: the bottom layer of synapse's model loader (mirrors ggml/src/gguf.cpp's checks).
+
+A GGUF file is
+    magic "GGUF" | u32 version (2 or 3) | u64 n_tensors | u64 n_kv
+    n_kv x (string key, u32 value type, value)
+    n_tensors x (string name, u32 n_dims, n_dims x i64 ne, u32 ggml type, u64 offset)
+    padding to `general.alignment` (default 32) | tensor data
+where a string is u64 length + bytes and an array is u32 element type + u64 count + elements.
+
+The file is memory-mapped once; tensors are zero-copy numpy views of their bytes. Every length and
+count read from the file is checked against the bytes left before anything is allocated, so a
+truncated, corrupt or hostile file raises one `GGUFError` naming the offset and the field, and never
+allocates more than the file's size or loops longer than its length.
+
+String arrays (a vocabulary is 150k strings) are scanned once for their offsets and decoded only
+when asked for, in bulk.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Iterator
+
+import numpy as np
+
+from kernels.ggml_type import BLOCK_GEOMETRY, GGMLType
+
+from .errors import GGUFError
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+GGML_MAX_NAME = 64
+MAX_ARRAY_NESTING = 8  # gguf.cpp reads no nested arrays at all; gguf-py reads any depth
+INT64_MAX = (1 << 63) - 1
+
+
+class GGUFValueType(IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# fixed-size value types -> little-endian numpy dtype
+SCALAR_DTYPES: dict[GGUFValueType, np.dtype] = {
+    GGUFValueType.UINT8: np.dtype("<u1"),
+    GGUFValueType.INT8: np.dtype("<i1"),
+    GGUFValueType.UINT16: np.dtype("<u2"),
+    GGUFValueType.INT16: np.dtype("<i2"),
+    GGUFValueType.UINT32: np.dtype("<u4"),
+    GGUFValueType.INT32: np.dtype("<i4"),
+    GGUFValueType.FLOAT32: np.dtype("<f4"),
+    GGUFValueType.BOOL: np.dtype("u1"),
+    GGUFValueType.UINT64: np.dtype("<u8"),
+    GGUFValueType.INT64: np.dtype("<i8"),
+    GGUFValueType.FLOAT64: np.dtype("<f8"),
+}
+
+
+@dataclass
+class StringArray:
+    """A GGUF array of strings, kept as (offset, length) pairs into the mapped file."""
+
+    buf: np.ndarray  # (file_size,) uint8, the whole mapped file
+    offsets: np.ndarray  # (n,) int64, start of each string's bytes
+    lengths: np.ndarray  # (n,) int64
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def raw(self, i: int) -> bytes:
+        o = int(self.offsets[i])
+        return self.buf[o : o + int(self.lengths[i])].tobytes()
+
+    def to_bytes_list(self) -> list[bytes]:
+        """All strings as bytes, decoded in one pass over one contiguous copy."""
+        if len(self) == 0:
+            return []
+        lo = int(self.offsets[0]) - 8
+        hi = int(self.offsets[-1] + self.lengths[-1])
+        blob = self.buf[lo:hi].tobytes()
+        starts = (self.offsets - lo).tolist()
+        ends = (self.offsets - lo + self.lengths).tolist()
+        return [blob[s:e] for s, e in zip(starts, ends)]
+
+    def to_list(self) -> list[str]:
+        return [b.decode("utf-8", errors="replace") for b in self.to_bytes_list()]
+
+
+@dataclass
+class Field:
+    """One metadata key/value pair (or one of the three header pseudo-fields gguf-dump shows)."""
+
+    name: str
+    offset: int  # file offset of the key (of the value for header pseudo-fields)
+    types: list[GGUFValueType]  # [ARRAY, ..., leaf] for arrays, [type] for scalars
+    value: Any  # python scalar, str, np.ndarray, StringArray, or list (nested arrays)
+
+    @property
+    def is_array(self) -> bool:
+        return self.types[0] == GGUFValueType.ARRAY
+
+    def __len__(self) -> int:
+        """Element count as gguf-dump shows it: 1 for scalars and strings, n for arrays."""
+        return len(self.value) if self.is_array else 1
+
+    def contents(self, limit: int | None = None) -> Any:
+        """Python value(s) as gguf-py's `ReaderField.contents()` gives them."""
+        v = self.value
+        if not self.is_array:
+            return v
+        if isinstance(v, StringArray):
+            n = len(v) if limit is None else min(limit, len(v))
+            return [v.raw(i).decode("utf-8", errors="replace") for i in range(n)]
+        if isinstance(v, np.ndarray):
+            v = v if limit is None else v[:limit]
+            if self.types[-1] == GGUFValueType.BOOL:
+                return [bool(x) for x in v]
+            return v.tolist()
+        items = v if limit is None else v[:limit]
+        return [x.contents() if isinstance(x, Field) else x for x in items]
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    ggml_type: int  # GGMLType value
+    ne: tuple[int, ...]  # (ne0, ne1, ...) innermost first, as stored (n_dims entries)
+    offset: int  # absolute file offset of the data
+    nbytes: int
+    info_offset: int  # file offset of the tensor-info record (gguf-dump's "offset")
+    data: np.ndarray = field(repr=False)  # (nbytes,) uint8, zero-copy view into the mapping
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.ne:
+            n *= d
+        return n
+
+    @property
+    def type_name(self) -> str:
+        return GGMLType(self.ggml_type).name
+
+    def rows(self) -> np.ndarray:
+        """(n_rows, row_bytes) uint8 view: one row of ne0 elements per line."""
+        n_rows = self.n_elements // self.ne[0] if self.ne[0] else 0
+        return self.data.reshape(n_rows, -1) if n_rows else self.data.reshape(0, 0)
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from the mapping."""
+
+    def __init__(self, buf: np.ndarray, mm: mmap.mmap | bytes):
+        self.buf = buf
+        self.mm = mm
+        self.size = len(buf)
+        self.pos = 0
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise GGUFError(
+                f"offset {self.pos}: {what} needs {n} bytes but only {self.size - self.pos} remain (file truncated?)"
+            )
+
+    def unpack(self, fmt: str, what: str):
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        v = struct.unpack_from(fmt, self.mm, self.pos)
+        self.pos += n
+        return v[0] if len(v) == 1 else v
+
+    def u32(self, what: str) -> int:
+        return self.unpack("<I", what)
+
+    def u64(self, what: str) -> int:
+        return self.unpack("<Q", what)
+
+    def string_span(self, what: str) -> tuple[int, int]:
+        start = self.pos
+        n = self.u64(f"{what} length")
+        if n > self.size - self.pos:
+            raise GGUFError(f"offset {start}: {what} length {n} runs past the end of the file")
+        s = self.pos
+        self.pos += n
+        return s, n
+
+    def string(self, what: str) -> str:
+        s, n = self.string_span(what)
+        raw = self.mm[s : s + n]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"offset {s}: {what} is not valid UTF-8 ({e.reason})") from None
+
+
+class GGUFReader:
+    """A memory-mapped GGUF file: `fields` (ordered dict), `tensors` (list), zero-copy data."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < 24:
+                    raise GGUFError(f"offset 0: file is {size} bytes, too short for a GGUF header (24 bytes)")
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise GGUFError(f"cannot open {self.path}: {e.strerror or e}") from None
+        self._buf = np.frombuffer(self._mm, dtype=np.uint8)  # (file_size,) uint8
+        self.file_size = size
+        self.fields: dict[str, Field] = {}
+        self.tensors: list[TensorInfo] = []
+        self._parse()
+        self._by_name = {t.name: t for t in self.tensors}
+
+    # --- public API -------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of metadata `key`: a scalar, str, list of scalars, or StringArray."""
+        f = self.fields.get(key)
+        if f is None:
+            return default
+        if f.is_array and isinstance(f.value, np.ndarray):
+            return f.value
+        return f.value
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        return self._by_name.get(name)
+
+    def __iter__(self) -> Iterator[TensorInfo]:
+        return iter(self.tensors)
+
+    @property
+    def architecture(self) -> str | None:
+        return self.get("general.architecture")
+
+    # --- parsing ----------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        c = _Cursor(self._buf, self._mm)
+        magic = bytes(self._mm[0:4])
+        if magic != GGUF_MAGIC:
+            raise GGUFError(f"offset 0: bad magic {magic!r}, expected b'GGUF' (not a GGUF file)")
+        c.pos = 4
+        version = c.u32("version")
+        if version == 1:
+            raise GGUFError("offset 4: GGUF version 1 is not supported (v2 and v3 are)")
+        if version not in (2, 3):
+            if version & 0xFFFF == 0 and version >> 16 in (2, 3):
+                raise GGUFError(f"offset 4: version {version:#x} means a big-endian file; only little-endian is read")
+            raise GGUFError(f"offset 4: unknown GGUF version {version}")
+        self.version = version
+        n_tensors = c.u64("tensor count")
+        n_kv = c.u64("key/value count")
+        # each kv needs >= 8 (key len) + 4 (type) + 1 bytes; each tensor info >= 8 + 4 + 4 + 8
+        if n_kv > (self.file_size - c.pos) // 13:
+            raise GGUFError(f"offset 16: key/value count {n_kv} cannot fit in a file of {self.file_size} bytes")
+        if n_tensors > (self.file_size - c.pos) // 24:
+            raise GGUFError(f"offset 8: tensor count {n_tensors} cannot fit in a file of {self.file_size} bytes")
+        self.n_tensors, self.n_kv = n_tensors, n_kv
+        self.fields["GGUF.version"] = Field("GGUF.version", 4, [GGUFValueType.UINT32], version)
+        self.fields["GGUF.tensor_count"] = Field("GGUF.tensor_count", 8, [GGUFValueType.UINT64], n_tensors)
+        self.fields["GGUF.kv_count"] = Field("GGUF.kv_count", 16, [GGUFValueType.UINT64], n_kv)
+
+        for i in range(n_kv):
+            key_offset = c.pos
+            key = c.string(f"key of pair {i}")
+            if key in self.fields:
+                raise GGUFError(f"offset {key_offset}: duplicate key {key!r} (pair {i})")
+            vtype = self._value_type(c, f"value type of {key!r}")
+            types, value = self._read_value(c, vtype, key, depth=0)
+            self.fields[key] = Field(key, key_offset, types, value)
+
+        alignment = GGUF_DEFAULT_ALIGNMENT
+        af = self.fields.get("general.alignment")
+        if af is not None:
+            if af.types != [GGUFValueType.UINT32]:
+                raise GGUFError(f"offset {af.offset}: general.alignment must be UINT32, is {af.types[-1].name}")
+            alignment = af.value
+            if alignment == 0 or alignment & (alignment - 1):
+                raise GGUFError(f"offset {af.offset}: general.alignment {alignment} is not a power of 2")
+        self.alignment = alignment
+
+        infos = []
+        seen: set[str] = set()
+        for i in range(n_tensors):
+            info_offset = c.pos
+            name = c.string(f"name of tensor {i}")
+            if len(name.encode()) >= GGML_MAX_NAME:
+                raise GGUFError(f"offset {info_offset}: tensor name {name[:80]!r} is {len(name)} >= {GGML_MAX_NAME} bytes")
+            if name in seen:
+                raise GGUFError(f"offset {info_offset}: duplicate tensor name {name!r}")
+            seen.add(name)
+            n_dims = c.u32(f"n_dims of tensor {name!r}")
+            if n_dims > GGML_MAX_DIMS:
+                raise GGUFError(f"offset {c.pos - 4}: tensor {name!r} has {n_dims} dimensions, max {GGML_MAX_DIMS}")
+            ne = tuple(c.unpack("<q", f"ne[{j}] of tensor {name!r}") for j in range(n_dims))
+            n_el = 1
+            for j, d in enumerate(ne):
+                if d < 0:
+                    raise GGUFError(f"offset {info_offset}: tensor {name!r} ne[{j}] = {d} is negative")
+                n_el *= d
+            if n_el > INT64_MAX:
+                raise GGUFError(f"offset {info_offset}: tensor {name!r} shape {ne} overflows int64 elements")
+            type_offset = c.pos
+            t = c.u32(f"type of tensor {name!r}")
+            try:
+                gtype = GGMLType(t)
+            except ValueError:
+                raise GGUFError(f"offset {type_offset}: tensor {name!r} has unknown ggml type {t}") from None
+            blck, tsize = BLOCK_GEOMETRY[gtype]
+            ne0 = ne[0] if ne else 1
+            if ne0 % blck:
+                raise GGUFError(
+                    f"offset {info_offset}: tensor {name!r} row of {ne0} elements is not a multiple of "
+                    f"{gtype.name}'s block size {blck}"
+                )
+            nbytes = n_el // blck * tsize
+            rel = c.u64(f"data offset of tensor {name!r}")
+            infos.append((name, gtype, ne, rel, nbytes, info_offset))
+
+        data_start = c.pos
+        if n_tensors:
+            data_start = (c.pos + alignment - 1) // alignment * alignment
+        self.data_offset = data_start
+        for name, gtype, ne, rel, nbytes, info_offset in infos:
+            if rel % alignment:
+                raise GGUFError(f"offset {info_offset}: tensor {name!r} data offset {rel} is not aligned to {alignment}")
+            start = data_start + rel
+            if start > self.file_size or nbytes > self.file_size - start:
+                raise GGUFError(
+                    f"offset {info_offset}: tensor {name!r} data [{start}, {start + nbytes}) lies outside "
+                    f"the file ({self.file_size} bytes)"
+                )
+            view = self._buf[start : start + nbytes]
+            self.tensors.append(TensorInfo(name, int(gtype), ne, start, nbytes, info_offset, view))
+
+    @staticmethod
+    def _value_type(c: _Cursor, what: str) -> GGUFValueType:
+        at = c.pos
+        t = c.u32(what)
+        try:
+            return GGUFValueType(t)
+        except ValueError:
+            raise GGUFError(f"offset {at}: {what} is unknown value type {t}") from None
+
+    def _read_value(self, c: _Cursor, vtype: GGUFValueType, key: str, depth: int):
+        if vtype == GGUFValueType.STRING:
+            return [vtype], c.string(f"string value of {key!r}")
+        if vtype != GGUFValueType.ARRAY:
+            dt = SCALAR_DTYPES[vtype]
+            c.need(dt.itemsize, f"value of {key!r}")
+            v = self._buf[c.pos : c.pos + dt.itemsize].view(dt)[0]
+            c.pos += dt.itemsize
+            if vtype == GGUFValueType.BOOL:
+                if v > 1:
+                    raise GGUFError(f"offset {c.pos - 1}: bool value of {key!r} is {int(v)}, not 0 or 1")
+                return [vtype], bool(v)
+            return [vtype], v.item()
+        # array
+        if depth >= MAX_ARRAY_NESTING:
+            raise GGUFError(f"offset {c.pos}: arrays nested deeper than {MAX_ARRAY_NESTING} in {key!r}")
+        etype = self._value_type(c, f"array element type of {key!r}")
+        count_at = c.pos
+        n = c.u64(f"array length of {key!r}")
+        left = self.file_size - c.pos
+        if etype == GGUFValueType.STRING:
+            if n > left // 8:
+                raise GGUFError(f"offset {count_at}: array {key!r} of {n} strings cannot fit in the {left} bytes left")
+            offsets = np.empty(n, dtype=np.int64)
+            lengths = np.empty(n, dtype=np.int64)
+            mm, size, pos = self._mm, self.file_size, c.pos
+            unpack = struct.Struct("<Q").unpack_from
+            for i in range(n):
+                if pos + 8 > size:
+                    raise GGUFError(f"offset {pos}: string {i} of array {key!r} truncated")
+                (ln,) = unpack(mm, pos)
+                pos += 8
+                if ln > size - pos:
+                    raise GGUFError(f"offset {pos - 8}: string {i} of array {key!r} has length {ln} past the end of the file")
+                offsets[i] = pos
+                lengths[i] = ln
+                pos += ln
+            c.pos = pos
+            return [vtype, etype], StringArray(self._buf, offsets, lengths)
+        if etype == GGUFValueType.ARRAY:
+            if n > left // 12:
+                raise GGUFError(f"offset {count_at}: array {key!r} of {n} arrays cannot fit in the {left} bytes left")
+            items, inner_types = [], [GGUFValueType.ARRAY, GGUFValueType.UINT8]
+            for i in range(n):
+                it, iv = self._read_value(c, GGUFValueType.ARRAY, f"{key}[{i}]", depth + 1)
+                inner_types = it
+                items.append(Field(f"{key}[{i}]", count_at, it, iv))
+            return [vtype] + inner_types, items
+        dt = SCALAR_DTYPES[etype]
+        if n > left // dt.itemsize:
+            raise GGUFError(f"offset {count_at}: array {key!r} of {n} {etype.name} cannot fit in the {left} bytes left")
+        arr = self._buf[c.pos : c.pos + n * dt.itemsize].view(dt)
+        c.pos += n * dt.itemsize
+        return [vtype, etype], arr
+
+    def close(self) -> None:
+        """Drop our references; the mapping closes once no tensor view is alive."""
+        self._buf = None  # type: ignore[assignment]
+        self.tensors = []
+        self._by_name = {}
+
+    def __enter__(self) -> "GGUFReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
