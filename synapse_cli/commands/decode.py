@@ -1,0 +1,134 @@
+"""`synapse decode`: greedy generation, as llama-completion / llama-simple print it.
+
+Flags follow llama.cpp's common arguments (-m -p -f -n -c -b -ub -t -ctk -ctv --temp --ignore-eos
+-e/--no-escape --no-display-prompt). The prompt is tokenized with add_special and parse_special
+(what llama-completion does); generated text streams to stdout as UTF-8 completes; timings go to
+stderr in llama_perf_context_print's format; `--json` prints one object instead.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import sys
+
+import click
+
+from ..errors import SynapseError
+
+
+def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
+    from ..text import process_escapes
+
+    if prompt is not None and file is not None:
+        raise click.UsageError("give either -p/--prompt or -f/--file, not both")
+    if file is not None:
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SynapseError(f"error: failed to open file '{file}': {e.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SynapseError(f"{file}: not valid UTF-8 (byte {e.start})") from None
+        if text.endswith("\n"):  # llama-completion strips one trailing newline from -f files
+            text = text[:-1]
+        return text
+    if prompt is None:
+        return ""
+    return process_escapes(prompt) if escape else prompt
+
+
+def default_threads() -> int:
+    """llama.cpp's default: the number of physical cores (here: CPUs available to the process)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+@click.command("decode", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
+@click.option("-p", "--prompt", default=None, help="Prompt text (escapes such as \\n processed unless --no-escape).")
+@click.option("-f", "--file", "prompt_file", default=None, help="Read the prompt from a file (one trailing newline stripped).")
+@click.option("-n", "--n-predict", default=-1, show_default=True, help="Tokens to generate; -1 = until end of generation or full context.")
+@click.option("-c", "--ctx-size", default=0, show_default=True, help="Context size; 0 = the model's training context.")
+@click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
+@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
+@click.option("-t", "--threads", default=None, type=int, help="Threads (default: available CPUs).")
+@click.option("-ctk", "--cache-type-k", default="f16", show_default=True, type=click.Choice(["f16", "f32"]))
+@click.option("-ctv", "--cache-type-v", default="f16", show_default=True, type=click.Choice(["f16", "f32"]))
+@click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; only 0 (greedy) is implemented.")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
+@click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
+@click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
+@click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
+def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
+            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, json_output):
+    """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
+    if temp != 0.0:
+        raise click.BadParameter("only --temp 0 (greedy) is implemented; other samplers are not yet", param_hint="--temp")
+    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
+        if val < 1:
+            raise click.BadParameter(f"must be >= 1, got {val}", param_hint=name)
+    if threads is not None and threads < 1:
+        raise click.BadParameter(f"must be >= 1, got {threads}", param_hint="-t")
+    if not os.path.exists(model_path):
+        raise SynapseError(f"failed to load model '{model_path}': file not found")
+    text = _read_prompt(prompt, prompt_file, escape)
+
+    from ..generate import Generation, greedy_generate
+    from ..session import open_session
+
+    sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
+                        n_threads=threads or default_threads(), cache_type_k=cache_type_k,
+                        cache_type_v=cache_type_v, show_progress=not json_output)
+    tok = sess.tokenizer
+    prompt_ids = tok.encode(text, add_special=True, parse_special=True)
+    result = Generation(list(prompt_ids))
+    result.timings.load_ms = sess.load_ms
+    result.timings.t_start = sess.t_start
+
+    out = sys.stdout
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    if not json_output and not no_display_prompt:
+        shown = b"".join(tok.token_to_piece(i, special=False) for i in prompt_ids)
+        out.write(dec.decode(shown))
+        out.flush()
+    gen_bytes = bytearray()
+    try:
+        for t in greedy_generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, ignore_eos, result):
+            if tok.vocab.is_eog(t) and not ignore_eos:
+                break
+            piece = tok.token_to_piece(t, special=False)
+            gen_bytes += piece
+            if not json_output:
+                out.write(dec.decode(piece))
+                out.flush()
+    except KeyboardInterrupt:
+        result.stop = "interrupted"
+    if not json_output:
+        out.write(dec.decode(b"", final=True))
+        if result.stop == "eos":
+            out.write(" [end of text]")
+        out.write("\n")
+        out.flush()
+        err = sys.stderr
+        if result.stop == "ctx":
+            print("\n\nmain: context full and context shift is disabled => stopping", file=err)
+        print("", file=err)
+        for line in result.timings.perf_lines():
+            print(line, file=err)
+    else:
+        obj = {
+            "prompt_ids": [int(i) for i in prompt_ids],
+            "generated_ids": [int(i) for i in result.generated_ids],
+            "text": bytes(gen_bytes).decode("utf-8", errors="replace"),
+            "stop": result.stop,
+            "timings": result.timings.as_dict(),
+        }
+        print(json.dumps(obj, ensure_ascii=False))
+    if result.stop == "interrupted":
+        sys.exit(130)

@@ -1,0 +1,106 @@
+"""Greedy generation over a `Context`: the loop of llama-completion / llama-simple with --temp 0.
+
+`greedy_generate` prefills the prompt, then repeatedly takes the argmax of the last logits (first
+maximum wins, as a strict `>` scan from id 0) and decodes it, until an end-of-generation token, the
+`n_predict` limit, or a full context. It yields each generated id as soon as it is chosen, so a caller
+can stream text; timings are kept the way `llama_perf_context_print` reports them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .errors import SynapseError
+from .model import Context
+
+
+@dataclass
+class Timings:
+    load_ms: float = 0.0
+    prompt_eval_ms: float = 0.0
+    n_prompt: int = 0
+    eval_ms: float = 0.0
+    n_eval: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def as_dict(self) -> dict:
+        return {"load_ms": self.load_ms, "prompt_eval_ms": self.prompt_eval_ms, "n_prompt": self.n_prompt,
+                "eval_ms": self.eval_ms, "n_eval": self.n_eval}
+
+    def perf_lines(self) -> list[str]:
+        """`llama_perf_context_print`'s lines (src/llama-context.cpp)."""
+        f = "llama_perf_context_print"
+        total_ms = (time.perf_counter() - self.t_start) * 1e3
+
+        def rate(ms, n):
+            return (ms / n if n else float("nan"), 1e3 / ms * n if ms else float("nan"))
+
+        pp, pt = rate(self.prompt_eval_ms, self.n_prompt)
+        ep, et = rate(self.eval_ms, self.n_eval)
+        return [
+            f"{f}:        load time = {self.load_ms:10.2f} ms",
+            f"{f}: prompt eval time = {self.prompt_eval_ms:10.2f} ms / {self.n_prompt:5d} tokens ({pp:8.2f} ms per token, {pt:8.2f} tokens per second)",
+            f"{f}:        eval time = {self.eval_ms:10.2f} ms / {self.n_eval:5d} runs   ({ep:8.2f} ms per token, {et:8.2f} tokens per second)",
+            f"{f}:       total time = {total_ms:10.2f} ms / {self.n_prompt + self.n_eval:5d} tokens",
+        ]
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    generated_ids: list[int] = field(default_factory=list)
+    stop: str = "limit"  # eos | limit | ctx | interrupted
+    timings: Timings = field(default_factory=Timings)
+
+
+def argmax_first(logits: np.ndarray) -> int:
+    """Index of the largest logit, the first one on ties (np.argmax scans from 0 with a strict >)."""
+    return int(np.argmax(logits))
+
+
+def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
+                    ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
+    """Yield generated ids; fill `result` (stop reason, timings) as it goes.
+
+    n_predict < 0 means no limit (until end of generation or a full context), as llama.cpp's -n -1.
+    """
+    g = result if result is not None else Generation(list(prompt_ids))
+    if not prompt_ids:
+        raise SynapseError("input is empty")
+    if len(prompt_ids) > ctx.n_ctx - 4:
+        raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx - 4})")
+    t0 = time.perf_counter()
+    logits = None
+    for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
+        logits = ctx.decode(prompt_ids[s : s + ctx.n_batch])
+    g.timings.prompt_eval_ms = (time.perf_counter() - t0) * 1e3
+    g.timings.n_prompt = len(prompt_ids)
+    n_gen = 0
+    while True:
+        tok = argmax_first(logits)
+        if ignore_eos and is_eog(tok):
+            # llama.cpp's --ignore-eos biases EOG logits to -inf: take the best non-EOG token
+            masked = logits.copy()
+            while is_eog(tok):
+                masked[tok] = -np.inf
+                tok = argmax_first(masked)
+        g.generated_ids.append(tok)
+        n_gen += 1
+        yield tok
+        if is_eog(tok):
+            g.stop = "eos"
+            return
+        if 0 <= n_predict <= n_gen:
+            g.stop = "limit"
+            return
+        if ctx.n_past + 1 >= ctx.n_ctx:
+            g.stop = "ctx"
+            return
+        t1 = time.perf_counter()
+        logits = ctx.decode([tok])
+        g.timings.eval_ms += (time.perf_counter() - t1) * 1e3
+        g.timings.n_eval += 1

@@ -1,0 +1,75 @@
+"""One loaded model ready to run: weights, tokenizer, context, compiled kernels.
+
+Shared by `decode`, `eval-callback` and `bench`, so that every command loads the same way: a Rich
+progress bar while weights are mapped and prepared, then a spinner while the numba kernels are
+compiled or loaded from the cache (a one-token warm-up run, as llama.cpp's own warm-up decode), both
+on stderr and only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from .model import Context, Model
+
+
+@dataclass
+class Session:
+    model: Model
+    ctx: Context
+    tokenizer: object
+    load_ms: float
+    t_start: float
+
+
+def _progress_enabled(show: bool) -> bool:
+    return show and sys.stderr.isatty()
+
+
+def load_model(path: str, show_progress: bool = True) -> Model:
+    if not _progress_enabled(show_progress):
+        return Model.load(path)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("loading {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(path.rsplit("/", 1)[-1], total=None)
+
+        def cb(done, total, name):
+            bar.update(task, completed=done, total=total)
+
+        return Model.load(path, progress=cb)
+
+
+def warm_up(ctx: Context, show_progress: bool = True) -> None:
+    """Run one token through the model and forget it: compiles (or loads) every kernel once."""
+    def run():
+        ctx.decode([0])
+        ctx.reset()
+
+    if not _progress_enabled(show_progress):
+        run()
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("preparing kernels (compiled on first use, then cached in .cache/numba)"):
+        run()
+
+
+def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubatch: int = 512,
+                 n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
+                 show_progress: bool = True, warmup: bool = True) -> Session:
+    t0 = time.perf_counter()
+    from tokenizer import load_tokenizer
+
+    model = load_model(model_path, show_progress)
+    tok = load_tokenizer(model.reader)
+    ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
+                  cache_type_v=cache_type_v, n_threads=n_threads)
+    if warmup:
+        warm_up(ctx, show_progress)
+    return Session(model, ctx, tok, (time.perf_counter() - t0) * 1e3, t0)

@@ -1,0 +1,82 @@
+"""Contracts of the forward pass that hold bit for bit, whatever llama.cpp does:
+
+- prefill in any split into micro-batches gives the same logits and KV cache as token-by-token decoding;
+- the result does not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES
+
+from kernels.config import get_num_threads, set_num_threads
+from synapse_cli.model import Context, Model
+
+PROMPT = [1, 623, 645, 268, 389, 388, 451, 47, 47, 221, 865]
+MODELS = ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32", "tiny-llama-Q4_1", "tiny-llama-F16"]
+
+
+def _load(name: str) -> Model:
+    return Model.load(FIXTURES / "tiny" / "models" / f"{name}.gguf")
+
+
+def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None):
+    """All-token logits of PROMPT evaluated in micro-batches of n_ubatch (or llama_decode calls of
+    step_tokens tokens each), plus the filled part of every layer's KV cache."""
+    ctx = Context(model, n_ctx=256, n_batch=512, n_ubatch=n_ubatch, cache_type_k=cache, cache_type_v=cache)
+    step = step_tokens or len(PROMPT)
+    logits = [ctx.decode(PROMPT[s : s + step], all_logits=True) for s in range(0, len(PROMPT), step)]
+    return np.concatenate(logits), [k.copy() for k in ctx.k_cache], [v.copy() for v in ctx.v_cache]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("cache", ["f16", "f32"])
+def test_prefill_split_equals_token_by_token(name, cache):
+    model = _load(name)
+    ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache=cache, step_tokens=1)
+    for n_ubatch, step in ((512, None), (3, None), (4, 5), (1, None)):
+        logits, ks, vs = _run(model, n_ubatch, cache, step)
+        bad = np.argwhere(logits != ref_logits)
+        assert bad.size == 0, f"ubatch {n_ubatch}/step {step}: logits differ first at (token, id) {bad[0]}"
+        for il, (a, b) in enumerate(zip(ks, ref_k)):
+            assert np.array_equal(a, b), f"K cache of layer {il} differs for ubatch {n_ubatch}"
+        for il, (a, b) in enumerate(zip(vs, ref_v)):
+            assert np.array_equal(a, b), f"V cache of layer {il} differs for ubatch {n_ubatch}"
+
+
+def test_last_logits_equal_all_logits_row():
+    """Computing only the last row in the last layer (llama.cpp's out_ids) changes nothing."""
+    model = _load("tiny-llama-Q4_K_M")
+    ctx = Context(model, n_ctx=256)
+    last = ctx.decode(PROMPT)
+    ctx2 = Context(model, n_ctx=256)
+    full = ctx2.decode(PROMPT, all_logits=True)
+    assert np.array_equal(last, full[-1])
+
+
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0"])
+def test_thread_count_does_not_change_results(name):
+    model = _load(name)
+    before = get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            set_num_threads(n)
+            ctx = Context(model, n_ctx=256)
+            results.append(ctx.decode(PROMPT, all_logits=True))
+    finally:
+        set_num_threads(before)
+    assert np.array_equal(results[0], results[1])
+
+
+def test_context_full_and_bad_tokens_raise_clear_errors():
+    from synapse_cli.errors import ModelError
+
+    model = _load("tiny-llama-Q4_K_M")
+    ctx = Context(model, n_ctx=8)
+    with pytest.raises(ModelError, match="context is full"):
+        ctx.decode(PROMPT)
+    with pytest.raises(ModelError, match="out of range"):
+        Context(model, n_ctx=8).decode([5000])
