@@ -194,8 +194,6 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None):
-        from kernels import attention as attn_k
-
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
@@ -215,10 +213,11 @@ class Context:
             set_num_threads(n_threads)
         self.k_cache = []
         self.v_cache = []
+        dtype = CACHE_TYPES[cache_type_k]
         for _ in range(hp.n_layer):
-            k, v = attn_k.new_kv_cache(n_ctx, hp.n_head_kv, hp.n_embd_head, cache_type_k)
-            self.k_cache.append(k)
-            self.v_cache.append(v)
+            # layouts of llama.cpp's buffers (kernels/attention.py); np.zeros: unwritten cells read as 0
+            self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
+            self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self.t_prompt_ms = 0.0
@@ -260,164 +259,206 @@ class Context:
         return outs[-1][-1]
 
     def _forward_ubatch(self, tokens: np.ndarray, want: str, trace: TraceHook | None):
+        """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
+
+        want: "all" (logits of every token), "last" (only the last token goes through the last
+        layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only).
+        """
         from kernels.activations import swiglu
         from kernels.attention import attention, kv_store
         from kernels.matmul import matmul
-        from kernels.norm import add, mul_rows, rms_norm
-        from kernels.rope import rope, rope_yarn_corr_dims
+        from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
+        from kernels.rope import rope, rope_qk, rope_yarn_corr_dims
 
         m, hp = self.model, self.hp
         T = len(tokens)
         H, Hkv, D = hp.n_head, hp.n_head_kv, hp.n_embd_head
-        E, F = hp.n_embd, hp.n_ff
-        pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,)
-        cells = pos  # one sequence: cell i holds position i
+        E, F, eps = hp.n_embd, hp.n_ff, hp.f_norm_rms_eps
+        pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence: cell i = position i
         n_used = self.n_past + T
-        n_kv = min(self.n_ctx, max(KV_PAD, -(-n_used // KV_PAD) * KV_PAD))
+        n_kv = min(self.n_ctx, max(KV_PAD, -(-n_used // KV_PAD) * KV_PAD))  # attended cells, as get_n_kv
         corr_dims = rope_yarn_corr_dims(hp.n_rot, hp.n_ctx_orig_yarn, hp.rope_freq_base,
                                         hp.yarn_beta_fast, hp.yarn_beta_slow)
-        tr = trace
+        rope_args = (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
+                     hp.yarn_attn_factor, corr_dims, m.rope_freqs)
+        temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None  # (T,) mistral3
+        g = None
+        if trace is not None:
+            from .graph_trace import GraphTrace
 
-        def rope_(x, out):  # x: (T, n_heads, D)
-            rope(x, pos, out, hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale,
-                 hp.yarn_ext_factor, hp.yarn_attn_factor, corr_dims, m.rope_freqs)
+            g = GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type)
 
         x = np.empty((T, E), dtype=np.float32)  # (T, n_embd) residual stream
         m.tok_embd.get_rows(tokens, x)
-        if tr:
-            tr("embd", "GET_ROWS", x, [("token_embd.weight", (E, hp.n_vocab, 1, 1)), ("inp_tokens", (T, 1, 1, 1))], "f32")
+        if g:
+            g.embd(x, hp.n_vocab)
 
-        cur = np.empty((T, E), dtype=np.float32)
+        cur = np.empty((T, E), dtype=np.float32)  # normed input of the current block
         q = np.empty((T, H * D), dtype=np.float32)
         k = np.empty((T, Hkv * D), dtype=np.float32)
         v = np.empty((T, Hkv * D), dtype=np.float32)
-        q_r = np.empty((T, H, D), dtype=np.float32)
+        q_r = np.empty((T, H, D), dtype=np.float32)  # after rope
         k_r = np.empty((T, Hkv, D), dtype=np.float32)
         kqv_out = np.empty((T, H * D), dtype=np.float32)
+        attn_out = np.empty((T, E), dtype=np.float32)
+        ffn_inp = np.empty((T, E), dtype=np.float32)
         gate = np.empty((T, F), dtype=np.float32)
         up = np.empty((T, F), dtype=np.float32)
-        temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None
+        ffn_out = np.empty((T, E), dtype=np.float32)
         kq = kq_sm = None
-        if tr:
+        if g:
             kq = np.empty((H, T, n_kv), dtype=np.float32)
             kq_sm = np.empty((H, T, n_kv), dtype=np.float32)
 
         for il, L in enumerate(m.layers):
-            last_layer = il == hp.n_layer - 1
-            sfx = f"-{il}"
-            # attention block
-            rms_norm(x, hp.f_norm_rms_eps, cur)
-            if tr:
-                tr("norm" + sfx, "RMS_NORM", cur, [(_prev_name(il), (E, T, 1, 1))], "f32")
-            mul_rows(cur, L.attn_norm, cur)
-            if tr:
-                tr("attn_norm" + sfx, "MUL", cur, [("norm" + sfx, (E, T, 1, 1)), (f"blk.{il}.attn_norm.weight", (E, 1, 1, 1))], "f32")
-            for name, W, b, out in (("Qcur", L.attn_q, L.attn_q_b, q), ("Kcur", L.attn_k, L.attn_k_b, k),
-                                    ("Vcur", L.attn_v, L.attn_v_b, v)):
-                matmul(W, cur, out)
-                if tr:
-                    tr(name + sfx, "MUL_MAT", out, [(W.name, (E, out.shape[1], 1, 1)), ("attn_norm" + sfx, (E, T, 1, 1))], "f32")
-                if b is not None:
-                    add(out, b, out)
-                    if tr:
-                        tr(name + sfx, "ADD", out, [(name + sfx, (out.shape[1], T, 1, 1)), (f"blk.{il}.{W.name.split('.')[2]}.bias", (out.shape[1], 1, 1, 1))], "f32")
-            q3 = q.reshape(T, H, D)
-            k3 = k.reshape(T, Hkv, D)
+            inp_name = "embd" if il == 0 else f"l_out-{il - 1}"
+            # --- attention block: norm, Q/K/V, rope, cache, attention, output projection
+            if g:
+                rms_norm(x, eps, cur)
+                normed = cur.copy()
+                mul_rows(cur, L.attn_norm, cur)
+                g.norm((f"norm-{il}", f"attn_norm-{il}"), normed, inp_name, cur, f"blk.{il}.attn_norm.weight")
+                g.set_attn_norm_shape(cur)
+                self._qkv_traced(g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args)
+            else:
+                rms_norm_mul(x, eps, L.attn_norm, cur)
+                matmul(L.attn_q, cur, q)
+                matmul(L.attn_k, cur, k)
+                matmul(L.attn_v, cur, v)
+                for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
+                    if b is not None:
+                        add(out, b, out)
+                rope_qk(q.reshape(T, H, D), k.reshape(T, Hkv, D), pos, q_r, k_r, *rope_args)
+                if temp is not None:
+                    q_r *= temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale)
             v3 = v.reshape(T, Hkv, D)
-            if tr:
-                tr("Qcur" + sfx, "RESHAPE", q3, [("Qcur" + sfx, (H * D, T, 1, 1))], "f32")
-                tr("Kcur" + sfx, "RESHAPE", k3, [("Kcur" + sfx, (Hkv * D, T, 1, 1))], "f32")
-                tr("Vcur" + sfx, "RESHAPE", v3, [("Vcur" + sfx, (Hkv * D, T, 1, 1))], "f32")
-            rope_(q3, q_r)
-            rope_(k3, k_r)
-            if tr:
-                tr("Qcur" + sfx, "ROPE", q_r, [("Qcur" + sfx, (D, H, T, 1)), ("inp_pos", (T, 1, 1, 1))], "f32")
-                tr("Kcur" + sfx, "ROPE", k_r, [("Kcur" + sfx, (D, Hkv, T, 1)), ("inp_pos", (T, 1, 1, 1))], "f32")
-            if temp is not None:
-                q_r *= temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale): one float multiply each
-                if tr:
-                    tr("Qcur_attn_temp_scaled" + sfx, "MUL", q_r, [("Qcur" + sfx, (D, H, T, 1)), ("attn_scale", (1, 1, T, 1))], "f32")
-            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, cells)
+            if g:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS has written this batch
+                g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
+            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
             attention(q_r, self.k_cache[il], self.v_cache[il], n_kv, self.cell_pos[:n_kv], pos,
                       hp.kq_scale, kqv_out, kq, kq_sm)
-            if tr:
-                qname = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + sfx
-                kname = f"cache_k_l{il} (view) (permuted)"
-                vname = f"cache_v_l{il} (view) (permuted)"
-                tr("kq" + sfx, "MUL_MAT", kq, [(kname, (D, n_kv, Hkv, 1)), (qname + " (view) (permuted)", (D, T, H, 1))], "f32")
-                tr("kq_soft_max" + sfx, "SOFT_MAX", kq_sm, [("kq" + sfx, (n_kv, T, H, 1)), ("attn_inp_kq_mask", (n_kv, T, 1, 1))], "f32")
-                tr("kqv_out" + sfx, "CONT", kqv_out, [("kqv" + sfx + " (permuted)", (D, H, T, 1))], "f32")
-            attn_out = np.empty((T, E), dtype=np.float32)
             matmul(L.attn_output, kqv_out, attn_out)
-            if tr:
-                tr("attn_out" + sfx, "MUL_MAT", attn_out, [(L.attn_output.name, (H * D, E, 1, 1)), ("kqv_out" + sfx, (H * D, T, 1, 1))], "f32")
+            if g:
+                self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
+                g._kqv_dim = H * D
+                attn_name = g.attn_out(il, attn_out, L.attn_output.name)
             if L.attn_output_b is not None:
                 add(attn_out, L.attn_output_b, attn_out)
 
-            residual = x
-            if last_layer and want != "all":
-                # llama.cpp: only the rows whose logits are needed go on (ggml_get_rows with out_ids)
+            a_rows, inp_rows, Tn = attn_out, x, T
+            if il == hp.n_layer - 1 and want != "all":
                 if want == "none":
                     break
-                attn_out = attn_out[T - 1 :]
-                residual = x[T - 1 :]
-                if tr:
-                    tr("node_attn_rows", "GET_ROWS", attn_out, [("attn_out" + sfx, (E, T, 1, 1)), ("out_ids", (1, 1, 1, 1))], "f32")
-                    tr("node_inp_rows", "GET_ROWS", residual, [(_prev_name(il), (E, T, 1, 1)), ("out_ids", (1, 1, 1, 1))], "f32")
-            Tn = attn_out.shape[0]
-            ffn_inp = np.empty((Tn, E), dtype=np.float32)
-            add(attn_out, residual, ffn_inp)
-            if tr:
-                tr("ffn_inp" + sfx, "ADD", ffn_inp, [("attn_out" + sfx, (E, Tn, 1, 1)), (_prev_name(il), (E, Tn, 1, 1))], "f32")
-            # feed-forward block
-            fcur = cur[:Tn]
-            rms_norm(ffn_inp, hp.f_norm_rms_eps, fcur)
-            if tr:
-                tr("norm" + sfx, "RMS_NORM", fcur, [("ffn_inp" + sfx, (E, Tn, 1, 1))], "f32")
-            mul_rows(fcur, L.ffn_norm, fcur)
-            if tr:
-                tr("ffn_norm" + sfx, "MUL", fcur, [("norm" + sfx, (E, Tn, 1, 1)), (f"blk.{il}.ffn_norm.weight", (E, 1, 1, 1))], "f32")
-            g, u = gate[:Tn], up[:Tn]
-            matmul(L.ffn_gate, fcur, g)
+                # llama.cpp: only the rows whose logits are needed go on (ggml_get_rows with out_ids)
+                a_rows, inp_rows, Tn = attn_out[T - 1 :], x[T - 1 :], 1
+                if g:
+                    attn_name, inp_name = g.out_rows(attn_name, a_rows, inp_name, inp_rows, T)
+            fi = ffn_inp[:Tn]
+            add(a_rows, inp_rows, fi)
+            if g:
+                g.add(f"ffn_inp-{il}", fi, attn_name, inp_name)
+            # --- feed-forward block: norm, SwiGLU FFN, residual
+            fcur, gt, u, fo = cur[:Tn], gate[:Tn], up[:Tn], ffn_out[:Tn]
+            if g:
+                rms_norm(fi, eps, fcur)
+                normed = fcur.copy()
+                mul_rows(fcur, L.ffn_norm, fcur)
+                g.norm((f"norm-{il}", f"ffn_norm-{il}"), normed, f"ffn_inp-{il}", fcur, f"blk.{il}.ffn_norm.weight")
+            else:
+                rms_norm_mul(fi, eps, L.ffn_norm, fcur)
+            matmul(L.ffn_gate, fcur, gt)
             if L.ffn_gate_b is not None:
-                add(g, L.ffn_gate_b, g)
-            if tr:
-                tr("ffn_gate" + sfx, "MUL_MAT", g, [(L.ffn_gate.name, (E, F, 1, 1)), ("ffn_norm" + sfx, (E, Tn, 1, 1))], "f32")
+                add(gt, L.ffn_gate_b, gt)
+            if g:
+                g.matmul(f"ffn_gate-{il}", gt, L.ffn_gate.name, E, f"ffn_norm-{il}")
             matmul(L.ffn_up, fcur, u)
             if L.ffn_up_b is not None:
                 add(u, L.ffn_up_b, u)
-            if tr:
-                tr("ffn_up" + sfx, "MUL_MAT", u, [(L.ffn_up.name, (E, F, 1, 1)), ("ffn_norm" + sfx, (E, Tn, 1, 1))], "f32")
-            swiglu(g, u, g)
-            if tr:
-                tr("ffn_swiglu" + sfx, "SWIGLU", g, [("ffn_gate" + sfx, (F, Tn, 1, 1)), ("ffn_up" + sfx, (F, Tn, 1, 1))], "f32")
-            ffn_out = np.empty((Tn, E), dtype=np.float32)
-            matmul(L.ffn_down, g, ffn_out)
+            if g:
+                g.matmul(f"ffn_up-{il}", u, L.ffn_up.name, E, f"ffn_norm-{il}")
+            swiglu(gt, u, gt)
+            if g:
+                g.swiglu(il, gt)
+            matmul(L.ffn_down, gt, fo)
             if L.ffn_down_b is not None:
-                add(ffn_out, L.ffn_down_b, ffn_out)
-            if tr:
-                tr("ffn_out" + sfx, "MUL_MAT", ffn_out, [(L.ffn_down.name, (F, E, 1, 1)), ("ffn_swiglu" + sfx, (F, Tn, 1, 1))], "f32")
-            x = np.empty((Tn, E), dtype=np.float32)
-            add(ffn_out, ffn_inp, x)
-            if tr:
-                tr("l_out" + sfx, "ADD", x, [("ffn_out" + sfx, (E, Tn, 1, 1)), ("ffn_inp" + sfx, (E, Tn, 1, 1))], "f32")
+                add(fo, L.ffn_down_b, fo)
+            if g:
+                g.matmul(f"ffn_out-{il}", fo, L.ffn_down.name, F, f"ffn_swiglu-{il}")
+            x_next = np.empty((Tn, E), dtype=np.float32)
+            add(fo, fi, x_next)
+            if g:
+                g.add(f"l_out-{il}", x_next, f"ffn_out-{il}", f"ffn_inp-{il}")
+            x = x_next
 
         self.n_past += T
         if want == "none":
             return None
         Tn = x.shape[0]
         out_norm = np.empty((Tn, E), dtype=np.float32)
-        rms_norm(x, hp.f_norm_rms_eps, out_norm)
-        if tr:
-            tr("norm", "RMS_NORM", out_norm, [(f"l_out-{hp.n_layer - 1}", (E, Tn, 1, 1))], "f32")
-        mul_rows(out_norm, m.output_norm, out_norm)
-        if tr:
-            tr("result_norm", "MUL", out_norm, [("norm", (E, Tn, 1, 1)), ("output_norm.weight", (E, 1, 1, 1))], "f32")
+        if g:
+            rms_norm(x, eps, out_norm)
+            normed = out_norm.copy()
+            mul_rows(out_norm, m.output_norm, out_norm)
+            g.norm(("norm", "result_norm"), normed, f"l_out-{hp.n_layer - 1}", out_norm, "output_norm.weight")
+        else:
+            rms_norm_mul(x, eps, m.output_norm, out_norm)
         logits = np.empty((Tn, hp.n_vocab), dtype=np.float32)
         matmul(m.output, out_norm, logits)
-        if tr:
-            tr("result_output", "MUL_MAT", logits, [(m.output.name, (E, hp.n_vocab, 1, 1)), ("result_norm", (E, Tn, 1, 1))], "f32")
+        if g:
+            g.matmul("result_output", logits, m.output.name, E, "result_norm")
         return logits
+
+    def _cache_views(self, il: int, n_kv: int):
+        """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache
+        (n_ctx, n_embd_k_gqa), the whole V^T cache in memory order (n_embd_v_gqa * n_ctx,), the K view of
+        n_kv cells (n_kv, Hkv, D) and the V view (D, Hkv, n_kv) (ne {n_kv, Hkv, D})."""
+        k, v = self.k_cache[il], self.v_cache[il]
+        if k.dtype == np.uint16:
+            k, v = k.view(np.float16).astype(np.float32), v.view(np.float16).astype(np.float32)
+        k_all = k.reshape(self.n_ctx, -1)
+        v_flat = v.reshape(-1)
+        return k_all, v_flat, k[:n_kv], v[:, :, :n_kv].transpose(1, 0, 2)
+
+    # --- traced variants (same arithmetic, plus the intermediate values llama.cpp's graph shows)
+
+    def _qkv_traced(self, g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args):
+        from kernels.matmul import matmul
+        from kernels.norm import add
+        from kernels.rope import rope
+
+        hp, T = self.hp, cur.shape[0]
+        H, Hkv, D = hp.n_head, hp.n_head_kv, hp.n_embd_head
+        # llama.cpp's graph evaluates Q, then V, then K
+        for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, H, q_r),
+                                               ("Vcur", L.attn_v, L.attn_v_b, v, Hkv, None),
+                                               ("Kcur", L.attn_k, L.attn_k_b, k, Hkv, k_r)):
+            matmul(W, cur, out)
+            raw = out.copy()
+            if b is not None:
+                add(out, b, out)
+            shaped = out.reshape(T, heads, D)
+            temp_scaled = None
+            if r_out is not None:
+                rope(shaped, pos, r_out, *rope_args)
+                if which == "Qcur" and temp is not None:
+                    roped = r_out.copy()
+                    r_out *= temp[:, None, None]
+                    temp_scaled, r_shown = r_out, roped
+                else:
+                    r_shown = r_out
+            else:
+                r_shown = None
+            bias_name = W.name.replace(".weight", ".bias")
+            g.qkv_proj(il, which, raw, out if b is not None else None, W.name, bias_name, shaped, r_shown, temp_scaled)
+
+    def _attention_traced(self, g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out):
+        hp, T = self.hp, q_r.shape[0]
+        H, D = hp.n_head, hp.n_embd_head
+        k_all, v_flat, k_view, v_view = self._cache_views(il, n_kv)
+        g.kv_store(il, k_r, v3, k_all, v_flat)
+        q_name = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + f"-{il}"
+        kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
+        g.attention(il, q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out)
 
 
 def _prev_name(il: int) -> str:

@@ -1,0 +1,135 @@
+"""RMS norm and the element-wise ops around it (norm weight, residual add, bias add), as ggml's CPU backend.
+
+Mirrors (ggml/src/ggml-cpu/ops.cpp):
+* `ggml_compute_forward_rms_norm_f32`: per row, sum of x*x (the product rounded to float, then widened)
+  accumulated in a double (ggml_float) in index order; mean = (float)(sum / n);
+  scale = 1.0f / sqrtf(mean + eps); y = x * scale (`ggml_vec_scale_f32`).
+* the RMS_NORM + MUL fusion ggml-cpu.c applies (`ggml_compute_forward_rms_norm_mul_fused`):
+  y = x * scale * w, evaluated left to right, so bit-identical to RMS_NORM followed by MUL.
+* MUL / ADD (`binary_op`): one float32 multiply / add per element, the second operand's rows broadcast.
+
+Arrays are (T, n) float32, one row per token; `out` may alias `x` / `a` (every element is read before it
+is written). Rows are spread over threads (prange) only when there is enough work to pay for it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import kernels.config  # noqa: F401
+
+import numpy as np
+from numba import prange
+
+from kernels.config import jit, pjit
+
+# below this many elements a kernel runs on the calling thread (a prange launch costs ~10 us)
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+
+@jit
+def sum_squares(x):
+    """sum of x*x over a row as ggml's rms_norm: float32 products widened to double, index order."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        p = x[i] * x[i]  # float32 product, then widened (ggml_float)(x*x)
+        s += np.float64(p)
+    return s
+
+
+@jit
+def rms_norm_row(x, eps, y):
+    """y = x / sqrt(mean(x^2) + eps) exactly as ggml (eps: float32)."""
+    n = x.shape[0]
+    mean = np.float32(sum_squares(x) / n)
+    scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))  # sqrtf: correctly rounded either way
+    for i in range(n):
+        y[i] = x[i] * scale
+
+
+@jit
+def rms_norm_mul_row(x, eps, w, y):
+    """Fused RMS_NORM + MUL: y = x * scale * w (left to right, as ggml's fused kernel and the unfused pair)."""
+    n = x.shape[0]
+    mean = np.float32(sum_squares(x) / n)
+    scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))  # sqrtf: correctly rounded either way
+    for i in range(n):
+        y[i] = (x[i] * scale) * w[i]
+
+
+@jit
+def _check_same(a, out, what):
+    if a.shape[0] != out.shape[0] or a.shape[1] != out.shape[1]:
+        raise ValueError(what)
+
+
+@pjit
+def rms_norm(x, eps, out):
+    """ggml_rms_norm(x, eps). x, out: f32 (T, n)."""
+    _check_same(x, out, "rms_norm: x and out must have the same shape (T, n)")
+    T, n = x.shape
+    e = np.float32(eps)
+    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
+        for t in prange(T):
+            rms_norm_row(x[t], e, out[t])
+    else:
+        for t in range(T):
+            rms_norm_row(x[t], e, out[t])
+
+
+@pjit
+def rms_norm_mul(x, eps, w, out):
+    """ggml_mul(ggml_rms_norm(x, eps), w) (fused; same bits as rms_norm then mul_rows). w: f32 (n,)."""
+    _check_same(x, out, "rms_norm_mul: x and out must have the same shape (T, n)")
+    T, n = x.shape
+    if w.shape[0] != n:
+        raise ValueError("rms_norm_mul: w must be (n,)")
+    e = np.float32(eps)
+    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
+        for t in prange(T):
+            rms_norm_mul_row(x[t], e, w, out[t])
+    else:
+        for t in range(T):
+            rms_norm_mul_row(x[t], e, w, out[t])
+
+
+@pjit
+def mul_rows(x, w, out):
+    """ggml_mul(x, w) with w one row broadcast over x's rows. x, out: f32 (T, n); w: f32 (n,)."""
+    _check_same(x, out, "mul_rows: x and out must have the same shape (T, n)")
+    T, n = x.shape
+    if w.shape[0] != n:
+        raise ValueError("mul_rows: w must be (n,)")
+    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
+        for t in prange(T):
+            for i in range(n):
+                out[t, i] = x[t, i] * w[i]
+    else:
+        for t in range(T):
+            for i in range(n):
+                out[t, i] = x[t, i] * w[i]
+
+
+@pjit
+def add(a, b, out):
+    """ggml_add(a, b). a, out: f32 (T, n); b: f32 (T, n), or (n,) / (1, n) broadcast over rows (a bias).
+
+    b must be C-contiguous (it is reshaped to rows)."""
+    _check_same(a, out, "add: a and out must have the same shape (T, n)")
+    T, n = a.shape
+    if b.shape[b.ndim - 1] != n:
+        raise ValueError("add: b's last dimension must be n")
+    b2 = b.reshape((-1, n))
+    nb = b2.shape[0]
+    if nb != 1 and nb != T:
+        raise ValueError("add: b must have 1 or T rows")
+    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
+        for t in prange(T):
+            bt = t * (nb > 1)  # (not `t if ... else 0`: numba types that as float inside prange)
+            for i in range(n):
+                out[t, i] = a[t, i] + b2[bt, i]
+    else:
+        for t in range(T):
+            bt = t * (nb > 1)  # (not `t if ... else 0`: numba types that as float inside prange)
+            for i in range(n):
+                out[t, i] = a[t, i] + b2[bt, i]

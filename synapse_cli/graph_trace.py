@@ -1,0 +1,136 @@
+"""Replays llama.cpp's graph node sequence for the eval-callback trace.
+
+llama-eval-callback prints every node of the ggml graph in evaluation order, including the RESHAPE,
+VIEW, PERMUTE and SET_ROWS nodes that compute nothing new, and names nodes that the model code leaves
+unnamed `node_<index>`. The forward pass (synapse_cli/model.py) calls one method here after each real
+computation; this class emits the node(s) llama.cpp's graph has at that point, with the same names,
+ops, source names and shapes, so that a trace lines up with a llama.cpp log tensor by tensor.
+
+Shapes are ggml `ne` (innermost first); values are numpy views whose C-order shape is ne reversed.
+Only constructed when a trace hook is attached: the untraced forward pass never touches it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ne_of(a: np.ndarray) -> tuple[int, int, int, int]:
+    ne = tuple(reversed(a.shape))
+    return ne + (1,) * (4 - len(ne))
+
+
+class GraphTrace:
+    def __init__(self, hook, arch: str, T: int, n_ctx: int, n_kv: int, cache_type: str):
+        self.hook = hook
+        self.arch = arch
+        self.T = T
+        self.n_ctx = n_ctx
+        self.n_kv = n_kv
+        self.ctype = cache_type
+        self.n = 0  # index of the next graph node (unnamed nodes are called node_<index>)
+
+    def node(self, name: str | None, op: str, value: np.ndarray, srcs: list, typ: str = "f32") -> str:
+        name = name if name is not None else f"node_{self.n}"
+        self.hook(name, op, value, [(s, tuple(ne)) for s, ne in srcs], typ)
+        self.n += 1
+        return name
+
+    # --- input and norms ---------------------------------------------------------------------
+
+    def embd(self, x, n_vocab):
+        E = x.shape[1]
+        self.node("embd", "GET_ROWS", x, [("token_embd.weight", (E, n_vocab, 1, 1)), ("inp_tokens", (self.T, 1, 1, 1))])
+
+    def norm(self, name, normed, src_name, weighted, weight_name):
+        """RMS_NORM then MUL by the norm weight (llama.cpp's build_norm with LLM_NORM_RMS)."""
+        E = normed.shape[1]
+        self.node(name[0], "RMS_NORM", normed, [(src_name, ne_of(normed))])
+        self.node(name[1], "MUL", weighted, [(name[0], ne_of(normed)), (weight_name, (E, 1, 1, 1))])
+
+    # --- attention ---------------------------------------------------------------------------
+
+    def qkv_proj(self, il, which, raw, biased, weight_name, bias_name, reshaped, roped=None, temp_scaled=None):
+        """MUL_MAT [+ ADD bias] + RESHAPE [+ ROPE] [+ temperature MUL] for one of Qcur/Kcur/Vcur."""
+        n = f"{which}-{il}"
+        E_in = self._attn_norm_ne[0]
+        self.node(n, "MUL_MAT", raw, [(weight_name, (E_in, raw.shape[1], 1, 1)), (f"attn_norm-{il}", self._attn_norm_ne)])
+        if biased is not None:
+            self.node(n, "ADD", biased, [(n, ne_of(raw)), (bias_name, (raw.shape[1], 1, 1, 1))])
+        self.node(n, "RESHAPE", reshaped, [(n, ne_of(raw))])
+        if roped is not None:
+            self.node(n, "ROPE", roped, [(n, ne_of(reshaped)), ("inp_pos", (self.T, 1, 1, 1))])
+        if temp_scaled is not None:
+            self.node(f"Qcur_attn_temp_scaled-{il}", "MUL", temp_scaled, [(n, ne_of(roped)), ("inp_attn_scale", (1, 1, self.T, 1))])
+
+    def set_attn_norm_shape(self, cur):
+        self._attn_norm_ne = ne_of(cur)
+
+    def kv_store(self, il, k_roped, v3, k_cache_f32, v_cache_flat_f32):
+        """The K and V copies into the cache (VIEW/RESHAPE/SET_ROWS nodes of llama_kv_cache::cpy_k/cpy_v).
+
+        k_cache_f32: (n_ctx, n_embd_k_gqa) the whole K cache after the store, as float32 values;
+        v_cache_flat_f32: (n_ctx * n_embd_v_gqa,) the whole transposed V cache in memory order.
+        """
+        T, c = self.T, self.ctype
+        nk = k_roped.shape[1] * k_roped.shape[2]
+        kv = k_roped.reshape(T, nk)
+        self.node(f"Kcur-{il} (view)", "VIEW", kv, [(f"Kcur-{il}", ne_of(k_roped))])
+        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_cache_f32, [(f"Kcur-{il} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))], c)
+        vr = v3.reshape(T, nk)
+        self.node(f"Vcur-{il} (reshaped)", "RESHAPE", vr, [(f"Vcur-{il}", ne_of(v3))])
+        vr2 = vr.reshape(T * nk, 1)
+        self.node(f"Vcur-{il} (reshaped) (reshaped)", "RESHAPE", vr2, [(f"Vcur-{il} (reshaped)", ne_of(vr))])
+        vflat = v_cache_flat_f32.reshape(-1, 1)
+        before = self.v_cache_before.reshape(-1, 1)
+        self.node(f"cache_v_l{il} (reshaped)", "RESHAPE", before, [(f"cache_v_l{il}", (nk, self.n_ctx, 1, 1))], c)
+        self.node(f"cache_v_l{il} (reshaped) (view)", "SET_ROWS", vflat,
+                  [(f"Vcur-{il} (reshaped) (reshaped)", ne_of(vr2)), ("attn_inp_v_idxs", (T * nk, 1, 1, 1))], c)
+
+    def attention(self, il, q_name, q, k_view, v_view, kq, kq_sm, kqv, kqv_out):
+        """Cache views, Q permute, kq, soft_max, kqv, permute and CONT (build_attn_mha, no flash attention).
+
+        k_view: (n_kv, Hkv, D) K cells as float32; v_view: (D, Hkv, n_kv) V cells (transposed cache);
+        q: (T, H, D); kq, kq_sm: (H, T, n_kv); kqv: (H, T, D); kqv_out: (T, H*D).
+        """
+        c, nk = self.ctype, k_view.shape[1] * k_view.shape[2]
+        vv = v_view  # (D, Hkv, n_kv) is ne {n_kv, Hkv, D}
+        self.node(f"cache_v_l{il} (view)", "VIEW", vv, [(f"cache_v_l{il}", (nk, self.n_ctx, 1, 1))], c)
+        vp = vv.transpose(1, 0, 2)  # ne {n_kv, D, Hkv}
+        self.node(f"cache_v_l{il} (view) (permuted)", "PERMUTE", vp, [(f"cache_v_l{il} (view)", ne_of(vv))], c)
+        self.node(f"cache_k_l{il} (view)", "VIEW", k_view, [(f"cache_k_l{il}", (nk, self.n_ctx, 1, 1))], c)
+        kp = k_view.transpose(1, 0, 2)  # ne {D, n_kv, Hkv}
+        self.node(f"cache_k_l{il} (view) (permuted)", "PERMUTE", kp, [(f"cache_k_l{il} (view)", ne_of(k_view))], c)
+        self.node(f"{q_name} (view)", "VIEW", q, [(q_name, ne_of(q))])
+        qp = q.transpose(1, 0, 2)  # ne {D, T, H}
+        self.node(f"{q_name} (view) (permuted)", "PERMUTE", qp, [(f"{q_name} (view)", ne_of(q))])
+        self.node(f"kq-{il}", "MUL_MAT", kq, [(f"cache_k_l{il} (view) (permuted)", ne_of(kp)), (f"{q_name} (view) (permuted)", ne_of(qp))])
+        self.node(f"kq_soft_max-{il}", "SOFT_MAX", kq_sm, [(f"kq-{il}", ne_of(kq)), ("attn_inp_kq_mask", (self.n_kv, self.T, 1, 1))])
+        self.node(f"kqv-{il}", "MUL_MAT", kqv, [(f"cache_v_l{il} (view) (permuted)", ne_of(vp)), (f"kq_soft_max-{il}", ne_of(kq_sm))])
+        kqvp = kqv.transpose(1, 0, 2)  # ne {D, H, T}
+        self.node(f"kqv-{il} (permuted)", "PERMUTE", kqvp, [(f"kqv-{il}", ne_of(kqv))])
+        self.node(f"kqv_out-{il}", "CONT", kqv_out, [(f"kqv-{il} (permuted)", ne_of(kqvp))])
+
+    def attn_out(self, il, out, weight_name) -> str:
+        # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
+        name = None if self.arch == "qwen2" else f"attn_out-{il}"
+        H = out.shape[1]
+        return self.node(name, "MUL_MAT", out, [(weight_name, (self._kqv_dim, H, 1, 1)), (f"kqv_out-{il}", (self._kqv_dim, self.T, 1, 1))])
+
+    def out_rows(self, attn_name, attn_rows, inp_name, inp_rows, T_full):
+        E = attn_rows.shape[1]
+        a = self.node(None, "GET_ROWS", attn_rows, [(attn_name, (E, T_full, 1, 1)), ("out_ids", (attn_rows.shape[0], 1, 1, 1))])
+        b = self.node(None, "GET_ROWS", inp_rows, [(inp_name, (E, T_full, 1, 1)), ("out_ids", (inp_rows.shape[0], 1, 1, 1))])
+        return a, b
+
+    # --- feed-forward ------------------------------------------------------------------------
+
+    def add(self, name, out, a_name, b_name):
+        self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, ne_of(out))])
+
+    def matmul(self, name, out, weight_name, n_in, src_name):
+        T = out.shape[0]
+        self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (src_name, (n_in, T, 1, 1))])
+
+    def swiglu(self, il, out):
+        self.node(f"ffn_swiglu-{il}", "SWIGLU", out, [(f"ffn_gate-{il}", ne_of(out)), (f"ffn_up-{il}", ne_of(out))])
