@@ -10,10 +10,14 @@ where a string is u64 length + bytes and an array is u32 element type + u64 coun
 The file is memory-mapped once; tensors are zero-copy numpy views of their bytes. Every length and
 count read from the file is checked against the bytes left before anything is allocated, so a
 truncated, corrupt or hostile file raises one `GGUFError` naming the offset and the field, and never
-allocates more than the file's size or loops longer than its length.
+allocates more than a small multiple of the file's size (a string array's (start, length) index is
+16 bytes per string of at least 8 file bytes) or loops longer than its length.
 
 String arrays (a vocabulary is 150k strings) are scanned once for their offsets and decoded only
 when asked for, in bulk.
+
+`GGUFReader(path)` maps a file; `GGUFReader.from_bytes(data)` parses an image already in memory
+(same checks; used by the fuzz tests).
 """
 
 from __future__ import annotations
@@ -124,8 +128,9 @@ class Field:
         if not self.is_array:
             return v
         if isinstance(v, StringArray):
-            n = len(v) if limit is None else min(limit, len(v))
-            return [v.raw(i).decode("utf-8", errors="replace") for i in range(n)]
+            if limit is None or limit >= len(v):
+                return v.to_list()  # bulk decode: 10x faster than raw(i) per string on a vocabulary
+            return [v.raw(i).decode("utf-8", errors="replace") for i in range(limit)]
         if isinstance(v, np.ndarray):
             v = v if limit is None else v[:limit]
             if self.types[-1] == GGUFValueType.BOOL:
@@ -158,7 +163,8 @@ class TensorInfo:
 
     def rows(self) -> np.ndarray:
         """(n_rows, row_bytes) uint8 view: one row of ne0 elements per line."""
-        n_rows = self.n_elements // self.ne[0] if self.ne[0] else 0
+        ne0 = self.ne[0] if self.ne else 1  # a 0-d tensor is one element
+        n_rows = self.n_elements // ne0 if ne0 else 0
         return self.data.reshape(n_rows, -1) if n_rows else self.data.reshape(0, 0)
 
 
@@ -208,6 +214,11 @@ class _Cursor:
             raise GGUFError(f"offset {s}: {what} is not valid UTF-8 ({e.reason})") from None
 
 
+def _check_header_size(size: int) -> None:
+    if size < 24:
+        raise GGUFError(f"offset 0: file is {size} bytes, too short for a GGUF header (24 bytes)")
+
+
 class GGUFReader:
     """A memory-mapped GGUF file: `fields` (ordered dict), `tensors` (list), zero-copy data."""
 
@@ -216,12 +227,28 @@ class GGUFReader:
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                if size < 24:
-                    raise GGUFError(f"offset 0: file is {size} bytes, too short for a GGUF header (24 bytes)")
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                _check_header_size(size)
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
             raise GGUFError(f"cannot open {self.path}: {e.strerror or e}") from None
-        self._buf = np.frombuffer(self._mm, dtype=np.uint8)  # (file_size,) uint8
+        self._load(mm, size)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview, name: str = "<bytes>") -> "GGUFReader":
+        """Parse a GGUF image already in memory (tests and fuzzing need no temporary file).
+
+        Same checks and API as `GGUFReader(path)`; `path` is `name`, tensor views point into a
+        read-only copy of `data`."""
+        self = cls.__new__(cls)
+        self.path = name
+        buf = bytes(data)
+        _check_header_size(len(buf))
+        self._load(buf, len(buf))
+        return self
+
+    def _load(self, mm: mmap.mmap | bytes, size: int) -> None:
+        self._mm = mm
+        self._buf = np.frombuffer(mm, dtype=np.uint8)  # (file_size,) uint8
         self.file_size = size
         self.fields: dict[str, Field] = {}
         self.tensors: list[TensorInfo] = []
@@ -261,7 +288,8 @@ class GGUFReader:
         if version == 1:
             raise GGUFError("offset 4: GGUF version 1 is not supported (v2 and v3 are)")
         if version not in (2, 3):
-            if version & 0xFFFF == 0 and version >> 16 in (2, 3):
+            swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+            if swapped in (2, 3):
                 raise GGUFError(f"offset 4: version {version:#x} means a big-endian file; only little-endian is read")
             raise GGUFError(f"offset 4: unknown GGUF version {version}")
         self.version = version
@@ -368,9 +396,7 @@ class GGUFReader:
             v = self._buf[c.pos : c.pos + dt.itemsize].view(dt)[0]
             c.pos += dt.itemsize
             if vtype == GGUFValueType.BOOL:
-                if v > 1:
-                    raise GGUFError(f"offset {c.pos - 1}: bool value of {key!r} is {int(v)}, not 0 or 1")
-                return [vtype], bool(v)
+                return [vtype], bool(v)  # any nonzero byte is true, as in gguf.cpp (`tmp != 0`)
             return [vtype], v.item()
         # array
         if depth >= MAX_ARRAY_NESTING:
@@ -382,30 +408,20 @@ class GGUFReader:
         if etype == GGUFValueType.STRING:
             if n > left // 8:
                 raise GGUFError(f"offset {count_at}: array {key!r} of {n} strings cannot fit in the {left} bytes left")
-            offsets = np.empty(n, dtype=np.int64)
-            lengths = np.empty(n, dtype=np.int64)
-            mm, size, pos = self._mm, self.file_size, c.pos
-            unpack = struct.Struct("<Q").unpack_from
-            for i in range(n):
-                if pos + 8 > size:
-                    raise GGUFError(f"offset {pos}: string {i} of array {key!r} truncated")
-                (ln,) = unpack(mm, pos)
-                pos += 8
-                if ln > size - pos:
-                    raise GGUFError(f"offset {pos - 8}: string {i} of array {key!r} has length {ln} past the end of the file")
-                offsets[i] = pos
-                lengths[i] = ln
-                pos += ln
-            c.pos = pos
+            c.pos, offsets, lengths = self._scan_strings(c.pos, n, key)
             return [vtype, etype], StringArray(self._buf, offsets, lengths)
         if etype == GGUFValueType.ARRAY:
             if n > left // 12:
                 raise GGUFError(f"offset {count_at}: array {key!r} of {n} arrays cannot fit in the {left} bytes left")
+            # types = [ARRAY] + the first inner array's types (what gguf-py reports); an empty
+            # array of arrays has no inner type to report, so it is [ARRAY, ARRAY, UINT8]
             items, inner_types = [], [GGUFValueType.ARRAY, GGUFValueType.UINT8]
             for i in range(n):
+                item_offset = c.pos
                 it, iv = self._read_value(c, GGUFValueType.ARRAY, f"{key}[{i}]", depth + 1)
-                inner_types = it
-                items.append(Field(f"{key}[{i}]", count_at, it, iv))
+                if i == 0:
+                    inner_types = it
+                items.append(Field(f"{key}[{i}]", item_offset, it, iv))
             return [vtype] + inner_types, items
         dt = SCALAR_DTYPES[etype]
         if n > left // dt.itemsize:
@@ -413,6 +429,39 @@ class GGUFReader:
         arr = self._buf[c.pos : c.pos + n * dt.itemsize].view(dt)
         c.pos += n * dt.itemsize
         return [vtype, etype], arr
+
+    def _scan_strings(self, pos: int, n: int, key: str) -> tuple[int, np.ndarray, np.ndarray]:
+        """Walk n strings starting at pos: (end position, (n,) int64 starts, (n,) int64 lengths).
+
+        The hot loop of the reader (two 150k-string arrays in a Qwen vocabulary): it records only each
+        string's end, a chunk at a time in a list (cheaper than numpy item stores); starts and lengths
+        are then derived with whole-array operations. Temporary memory: one list of at most 4096 ints."""
+        ends = np.empty(n, dtype=np.int64)
+        mm, size = self._mm, self.file_size
+        unpack = struct.Struct("<Q").unpack_from
+        first, last_len_at = pos, size - 8
+        for lo in range(0, n, 4096):
+            hi = min(n, lo + 4096)
+            chunk: list[int] = []
+            add = chunk.append
+            for i in range(lo, hi):
+                if pos > last_len_at:
+                    raise GGUFError(f"offset {pos}: string {i} of array {key!r} truncated")
+                end = pos + 8 + unpack(mm, pos)[0]
+                if end > size:
+                    raise GGUFError(
+                        f"offset {pos}: string {i} of array {key!r} has length {end - pos - 8} past the end of the file"
+                    )
+                add(end)
+                pos = end
+            ends[lo:hi] = chunk
+        starts = np.empty(n, dtype=np.int64)
+        if n:
+            starts[0] = first + 8
+            starts[1:] = ends[:-1]
+            starts[1:] += 8  # each string's bytes follow its u64 length
+        ends -= starts  # now the lengths
+        return pos, starts, ends
 
     def close(self) -> None:
         """Drop our references; the mapping closes once no tensor view is alive."""
