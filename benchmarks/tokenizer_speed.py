@@ -9,8 +9,8 @@ seconds (time.process_time, one core; the machine is shared, so wall time is noi
 `tokenizers` package is installed, the same text through a HuggingFace tokenizer built from the same GGUF
 vocabulary and merges, with whether its ids agree.
 
-    .venv/bin/python benchmarks/tokenize.py
-    .venv/bin/python benchmarks/tokenize.py --mb 1 --vocab ggml-vocab-qwen2 --no-hf
+    .venv/bin/python benchmarks/tokenizer_speed.py
+    .venv/bin/python benchmarks/tokenizer_speed.py --mb 1 --vocab ggml-vocab-qwen2 --no-hf
 """
 
 from __future__ import annotations
