@@ -1,27 +1,27 @@
 """Text helpers shared by the commands: llama.cpp's escape processing of `-p` arguments.
 
-`process_escapes` mirrors common/common.cpp `string_process_escapes`: it works on the UTF-8 bytes,
-turns \\n \\r \\t \\' \\" \\\\ and \\xHH into their bytes, and leaves any other backslash pair as is.
+Mirrors common/common.cpp `string_process_escapes`: it works on the UTF-8 bytes, turns \\n \\r \\t
+\\' \\" \\\\ and \\xHH into their bytes (HH as strtol reads two characters), and leaves any other
+backslash pair as it is.
 """
 
 from __future__ import annotations
 
-_SIMPLE = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
-_HEX = b"0123456789abcdefABCDEF"
-
 
 def process_escapes_bytes(data: bytes) -> bytes:
+    """common/common.cpp string_process_escapes, on bytes."""
     out = bytearray()
     i, n = 0, len(data)
     while i < n:
         c = data[i]
-        if c == 0x5C and i + 1 < n:  # backslash with a following byte
+        if c == 0x5C and i + 1 < n:  # backslash
             i += 1
             e = data[i]
-            if e in _SIMPLE:
-                out += _SIMPLE[e]
-            elif e == ord("x") and i + 2 < n and data[i + 1] in _HEX and data[i + 2] in _HEX:
-                out.append(int(data[i + 1 : i + 3], 16))
+            simple = {0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09, 0x27: 0x27, 0x22: 0x22, 0x5C: 0x5C}
+            if e in simple:
+                out.append(simple[e])
+            elif e == 0x78 and i + 2 < n and _strtol_hex2(data[i + 1 : i + 3]) is not None:
+                out.append(_strtol_hex2(data[i + 1 : i + 3]) & 0xFF)
                 i += 2
             else:
                 out.append(0x5C)
@@ -30,6 +30,28 @@ def process_escapes_bytes(data: bytes) -> bytes:
             out.append(c)
         i += 1
     return bytes(out)
+
+
+def _strtol_hex2(two: bytes) -> int | None:
+    """strtol(two chars, &end, 16) when it consumes exactly both chars (else None), as common.cpp checks.
+
+    strtol skips leading whitespace and takes a sign (and a "0x" prefix, which cannot fit here)."""
+    s = two.decode("latin-1")
+    j = 0
+    while j < len(s) and s[j] in " \t\n\v\f\r":
+        j += 1
+    neg = False
+    if j < len(s) and s[j] in "+-":
+        neg = s[j] == "-"
+        j += 1
+    digits = ""
+    while j < len(s) and s[j] in "0123456789abcdefABCDEF":
+        digits += s[j]
+        j += 1
+    if not digits or j != 2:
+        return None
+    v = int(digits, 16)
+    return -v if neg else v
 
 
 def process_escapes(text: str) -> str:

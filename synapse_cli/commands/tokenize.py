@@ -21,56 +21,11 @@ import sys
 import click
 
 from synapse_cli.errors import SynapseError
+from synapse_cli.text import process_escapes_bytes as process_escapes
 
 
 class InputError(SynapseError):
     """The prompt or batch input cannot be used."""
-
-
-def process_escapes(data: bytes) -> bytes:
-    """common/common.cpp string_process_escapes, on bytes."""
-    out = bytearray()
-    i, n = 0, len(data)
-    while i < n:
-        c = data[i]
-        if c == 0x5C and i + 1 < n:  # backslash
-            i += 1
-            e = data[i]
-            simple = {0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09, 0x27: 0x27, 0x22: 0x22, 0x5C: 0x5C}
-            if e in simple:
-                out.append(simple[e])
-            elif e == 0x78 and i + 2 < n and _strtol_hex2(data[i + 1 : i + 3]) is not None:
-                out.append(_strtol_hex2(data[i + 1 : i + 3]) & 0xFF)
-                i += 2
-            else:
-                out.append(0x5C)
-                out.append(e)
-        else:
-            out.append(c)
-        i += 1
-    return bytes(out)
-
-
-def _strtol_hex2(two: bytes) -> int | None:
-    """strtol(two chars, &end, 16) when it consumes exactly both chars (else None), as common.cpp checks.
-
-    strtol skips leading whitespace and takes a sign (and a "0x" prefix, which cannot fit here)."""
-    s = two.decode("latin-1")
-    j = 0
-    while j < len(s) and s[j] in " \t\n\v\f\r":
-        j += 1
-    neg = False
-    if j < len(s) and s[j] in "+-":
-        neg = s[j] == "-"
-        j += 1
-    digits = ""
-    while j < len(s) and s[j] in "0123456789abcdefABCDEF":
-        digits += s[j]
-        j += 1
-    if not digits or j != 2:
-        return None
-    v = int(digits, 16)
-    return -v if neg else v
 
 
 def _check_utf8(data: bytes, what: str) -> None:
