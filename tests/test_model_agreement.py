@@ -29,18 +29,17 @@ from synapse_cli.model import Context, Model
 TINY_GREEDY = sorted((FIXTURES / "tiny" / "greedy").glob("*.json"))
 REAL_GREEDY = sorted((FIXTURES / "real" / "greedy").glob("*.json"))
 
-# worst |our logit - llama.cpp logit| over the top-5 of every step, per weight type (measured, with margin)
+# worst |our logit - llama.cpp logit| over the top-5 of every step, per weight type (measured worst case
+# with ~1.5x margin; `python -m pytest tests/test_model_agreement.py` prints nothing more, the numbers come
+# from running _compare with tol=inf). F32 weights with an F32 cache agree to float32 rounding; an F16
+# cache adds F16 rounding flips of K, V, q and the soft-max output; quantized weights add int8 rounding
+# flips of activations (see tests/test_evalcb_live.py for the mechanism).
 TINY_TOL = {
-    "F32": 1e-5,
-    "F16": 2e-4,  # llama.cpp's own batched-vs-single evaluation differs by up to 1.3e-4 here (README 5)
-    "BF16": 1e-4,
-    "Q8_0": 5e-5,
-    "Q4_0": 5e-5,
-    "Q4_1": 5e-5,
-    "Q5_0": 5e-5,
-    "Q5_1": 5e-5,
-    "Q4_K_M": 5e-5,
-    "Q6_K": 5e-5,
+    ("F32", "f32"): 1e-6,
+    ("F32", "f16"): 5e-5,
+    "F16": 4e-4,  # llama.cpp's own batched-vs-single evaluation differs by up to 1.3e-4 here (README 5)
+    "BF16": 2.5e-3,
+    "quantized": 1.5e-2,
 }
 REAL_TOL = 0.45
 
@@ -86,9 +85,10 @@ def test_tiny_greedy_logits(path):
     rec = json.loads(path.read_text())
     cache = "f32" if path.stem.endswith("kvf32") else "f16"
     quant = Path(rec["model"]).stem.split("-")[-1]
+    tol = TINY_TOL.get((quant, cache)) or TINY_TOL.get(quant) or TINY_TOL["quantized"]
     model = _model(FIXTURES / rec["model"])
     logits = _run_forced(model, rec, cache)
-    _compare(rec, logits, TINY_TOL[quant])
+    _compare(rec, logits, tol)
 
 
 @pytest.mark.real
