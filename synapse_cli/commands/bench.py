@@ -1,0 +1,157 @@
+"""`synapse bench`: prompt-processing and generation speed, measured and printed as llama-bench does.
+
+Flags follow tools/llama-bench/llama-bench.cpp: -m (repeatable or comma list), -p, -n, -pg P,N, -d, -b,
+-ub, -t, -ctk, -ctv (each repeatable, comma lists and ranges `first-last[+step|*mult]` allowed), -r,
+-o md|csv|json|jsonl|sql, --no-warmup, --progress. Additions: `--no-roofline` (skip the bandwidth
+probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-bench with the same
+parameters first and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
+The method and the output are described in synapse_cli/bench.py and benchmarks/RESULTS.md.
+
+Deviation: synapse's KV cache needs the same K and V type, so when only one of -ctk/-ctv is given the
+other follows it (llama-bench would keep f16), and unequal pairs are refused.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..errors import SynapseError
+
+
+def _ints(values: tuple[str, ...], flag: str, minimum: int) -> list[int] | None:
+    """Concatenate the lists given to a repeatable flag; None when the flag was not given."""
+    from ..bench import parse_int_range
+
+    if not values:
+        return None
+    out: list[int] = []
+    for v in values:
+        try:
+            got = parse_int_range(v.strip())
+        except ValueError as e:
+            raise click.ClickException(f"{flag}: {e}") from None
+        if not got:
+            raise click.ClickException(f"{flag}: range {v!r} is empty")
+        out += got
+    bad = [x for x in out if x < minimum]
+    if bad:
+        raise click.ClickException(f"{flag}: {bad[0]} is not allowed (must be >= {minimum})")
+    return out
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [x.strip() for v in values for x in v.split(",") if x.strip()]
+
+
+def available_threads() -> tuple[int, int]:
+    """(default -t, largest -t): the CPUs this process may use, capped by numba's thread pool."""
+    import kernels.config  # noqa: F401  (sets NUMBA_CACHE_DIR before numba is imported)
+    import numba
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    max_threads = int(numba.config.NUMBA_NUM_THREADS)
+    return max(1, min(cpus, max_threads)), max_threads
+
+
+@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", "models", multiple=True, metavar="FILE", help="GGUF model (repeatable, or comma list).")
+@click.option("-p", "--n-prompt", "n_prompt", multiple=True, metavar="N", help="Prompt tokens per pp test (default 512).")
+@click.option("-n", "--n-gen", "n_gen", multiple=True, metavar="N", help="Generated tokens per tg test (default 128).")
+@click.option("-pg", "n_pg", multiple=True, metavar="P,N", help="Prompt + generation test (repeatable).")
+@click.option("-d", "--n-depth", "n_depth", multiple=True, metavar="N", help="Tokens already in the KV cache (default 0).")
+@click.option("-b", "--batch-size", "n_batch", multiple=True, metavar="N", help="Logical batch size (default 2048).")
+@click.option("-ub", "--ubatch-size", "n_ubatch", multiple=True, metavar="N", help="Micro-batch size (default 512).")
+@click.option("-ctk", "--cache-type-k", "type_k", multiple=True, metavar="f16|f32", help="K cache type (default f16).")
+@click.option("-ctv", "--cache-type-v", "type_v", multiple=True, metavar="f16|f32", help="V cache type (default: as -ctk).")
+@click.option("-t", "--threads", "n_threads", multiple=True, metavar="N", help="Threads, e.g. 2 or 1,2 or 1-2 (default: available CPUs).")
+@click.option("-r", "--repetitions", "reps", default="5", metavar="N", help="Repetitions of each test (default 5).")
+@click.option("-o", "--output", "output", default="md", metavar="md|csv|json|jsonl|sql", help="Output format on stdout (default md).")
+@click.option("--no-warmup", is_flag=True, help="Skip the warm-up run before each test.")
+@click.option("--progress", is_flag=True, help="Print llama-bench style progress lines on stderr.")
+@click.option("--no-roofline", is_flag=True, help="Skip the read-bandwidth probe and the roofline column.")
+@click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench with the same parameters and add a 'vs llama.cpp' column.")
+@click.option("--probe-mib", default=1024, type=int, hidden=True, help="Size of the bandwidth probe buffer (MiB).")
+def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, n_threads, reps, output,
+            no_warmup, progress, no_roofline, compare, probe_mib):
+    """Measure prompt processing (pp) and generation (tg) speed, as llama-bench.
+
+    Every N accepts a comma list and ranges first-last, first-last+step, first-last*mult
+    (e.g. -t 1,2  -p 64-512*2); each combination is one test (one row).
+    """
+    from .. import bench as B
+
+    if output not in B.PRINTERS:
+        raise click.ClickException(f"-o: unknown output format {output!r} (use md, csv, json, jsonl or sql)")
+    model_list = _split(models)
+    if not model_list:
+        raise click.ClickException("no model given: use -m <file.gguf>")
+    for m in model_list:
+        if not os.path.isfile(m):
+            raise click.ClickException(f"failed to load model '{m}': file not found")
+    try:
+        r = int(reps)
+    except ValueError:
+        raise click.ClickException(f"-r: {reps!r} is not a number") from None
+    if r < 1:
+        raise click.ClickException(f"-r: must be >= 1, got {r}")
+
+    pgs = []
+    for v in n_pg:
+        try:
+            pgs.append(B.parse_pg(v))
+        except ValueError as e:
+            raise click.ClickException(f"-pg: {e}") from None
+
+    kinds = {"f16", "f32"}
+    tk, tv = _split(type_k), _split(type_v)
+    for flag, lst in (("-ctk", tk), ("-ctv", tv)):
+        bad = [t for t in lst if t not in kinds]
+        if bad:
+            raise click.ClickException(f"{flag}: unsupported cache type {bad[0]!r} (synapse has f16 and f32)")
+    if tk and not tv:
+        pairs = [(t, t) for t in tk]
+    elif tv and not tk:
+        pairs = [(t, t) for t in tv]
+    elif tk and tv:
+        pairs = [(a, b) for a in tk for b in tv]
+        if any(a != b for a, b in pairs):
+            raise click.ClickException("-ctk/-ctv: synapse's KV cache needs equal K and V types; "
+                                       "give one type to both (or only -ctk)")
+    else:
+        pairs = [("f16", "f16")]
+
+    default_t, max_t = available_threads()
+    threads = _ints(n_threads, "-t", 1) or [default_t]
+    too_many = [t for t in threads if t > max_t]
+    if too_many:
+        raise click.ClickException(f"-t: {too_many[0]} threads requested but numba can run at most {max_t} "
+                                   "(NUMBA_NUM_THREADS)")
+
+    if compare is not None and not (os.path.isfile(compare) and os.access(compare, os.X_OK)):
+        raise click.ClickException(f"--compare: {compare!r} is not an executable file")
+
+    params = B.BenchParams(
+        models=model_list, n_threads=threads,
+        n_prompt=_ints(n_prompt, "-p", 0) or list(B.DEFAULT_N_PROMPT),
+        n_gen=_ints(n_gen, "-n", 0) or list(B.DEFAULT_N_GEN),
+        n_pg=pgs,
+        n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
+        n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
+        n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
+        cache_types=pairs, reps=r, no_warmup=no_warmup, progress=progress, output=output,
+        roofline=not no_roofline, compare=compare,
+    )
+    if not B.make_instances(params):
+        raise click.ClickException("no tests to run (every -p, -n and -pg is 0)")
+    probe_bytes = max(1, probe_mib) << 20
+    try:
+        B.run_bench(params, bandwidth=lambda nt: B.read_bandwidth(nt, probe_bytes))
+    except B.CompareError as e:
+        raise click.ClickException(str(e)) from None
+    except SynapseError as e:
+        raise click.ClickException(str(e)) from None
