@@ -21,7 +21,8 @@ import kernels.config  # noqa: F401
 import numpy as np
 from numba import prange
 
-from kernels.config import jit, pjit
+from kernels.fp16 import jit, pjit
+
 
 # below this many elements a kernel runs on the calling thread (a prange launch costs ~10 us)
 PARALLEL_MIN_ELEMENTS = 1 << 16

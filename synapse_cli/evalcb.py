@@ -1048,7 +1048,8 @@ def run_live(
     from .session import open_session
 
     sess = open_session(str(model_path), n_ctx=ctx_size, n_batch=batch, n_ubatch=ubatch, n_threads=threads,
-                        cache_type_k=cache_type_k, cache_type_v=cache_type_v, show_progress=True)
+                        cache_type_k=cache_type_k, cache_type_v=cache_type_v, show_progress=True,
+                        batch_invariant=False)  # llama.cpp's batch summation order, to line up with its logs
     ids = sess.tokenizer.encode(prompt, add_special=True, parse_special=True)
     if not ids:
         raise EvalCbError("the prompt tokenizes to no tokens")

@@ -163,15 +163,6 @@ class Model:
     def size_bytes(self) -> int:
         return sum(t.nbytes for t in self.reader.tensors)
 
-    def weight_bytes_per_token(self) -> int:
-        """Bytes of weights one decoded token reads (every matrix once, one embedding row)."""
-        hp = self.hparams
-        emb_row = self.tok_embd.data.nbytes // hp.n_vocab
-        total = sum(t.nbytes for t in self.reader.tensors if t.name != "token_embd.weight") + emb_row
-        if self.tied_output:
-            total += self.tok_embd.data.nbytes
-        return total
-
 
 def _as_f32(t: TensorInfo) -> np.ndarray:
     """A 1-D norm/bias tensor as float32 (a view when it already is F32)."""
@@ -193,10 +184,12 @@ class Context:
     """
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
-                 cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None):
+                 cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
+                 batch_invariant: bool = True):
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
+        n_ctx = -(-n_ctx // KV_PAD) * KV_PAD  # llama_context pads n_ctx to a multiple of 256
         if cache_type_k not in CACHE_TYPES or cache_type_v not in CACHE_TYPES:
             raise ModelError(f"unsupported cache type {cache_type_k}/{cache_type_v} (f16 and f32 are)")
         if cache_type_k != cache_type_v:
@@ -207,6 +200,11 @@ class Context:
         self.n_batch = max(1, n_batch)
         self.n_ubatch = max(1, min(n_ubatch, self.n_batch))
         self.cache_type = cache_type_k
+        # llama.cpp sums attention in tinyBLAS order for batches of >= 2 tokens and in ggml_vec_dot order
+        # for single tokens, so its logits depend on batching (fixtures README 5). By default we use the
+        # single-token order always: prefill in any split equals token-by-token decoding bit for bit.
+        # batch_invariant=False follows llama.cpp's choice (eval-callback uses it to line up with logs).
+        self.batch_invariant = batch_invariant
         if n_threads is not None:
             from kernels.config import set_num_threads
 
@@ -222,6 +220,16 @@ class Context:
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self.t_prompt_ms = 0.0
         self.t_eval_ms = 0.0
+
+    def save_state(self):
+        """A copy of everything decode() changes (the KV cache and the position), for load_state()."""
+        return ([k.copy() for k in self.k_cache], [v.copy() for v in self.v_cache], self.n_past)
+
+    def load_state(self, state) -> None:
+        ks, vs, n_past = state
+        for dst, src in zip(self.k_cache + self.v_cache, ks + vs):
+            dst[...] = src
+        self.n_past = n_past
 
     def reset(self) -> None:
         """Forget the sequence (llama_memory_clear); cells are zeroed as llama.cpp's buffer clear does."""
@@ -335,8 +343,8 @@ class Context:
             if g:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS has written this batch
                 g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
             kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
-            attention(q_r, self.k_cache[il], self.v_cache[il], n_kv, self.cell_pos[:n_kv], pos,
-                      hp.kq_scale, kqv_out, kq, kq_sm)
+            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+                      hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
             matmul(L.attn_output, kqv_out, attn_out)
             if g:
                 self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)

@@ -76,7 +76,20 @@ def test_context_full_and_bad_tokens_raise_clear_errors():
 
     model = _load("tiny-llama-Q4_K_M")
     ctx = Context(model, n_ctx=8)
+    assert ctx.n_ctx == 256  # padded to a multiple of 256 as llama_context does
+    ctx.decode(list(range(3, 253)))
     with pytest.raises(ModelError, match="context is full"):
         ctx.decode(PROMPT)
     with pytest.raises(ModelError, match="out of range"):
         Context(model, n_ctx=8).decode([5000])
+
+
+def test_save_and_load_state_continue_bit_identically():
+    model = _load("tiny-qwen2-Q8_0")
+    ctx = Context(model, n_ctx=256)
+    ctx.decode(PROMPT[:6])
+    state = ctx.save_state()
+    a = ctx.decode(PROMPT[6:])
+    ctx.decode([5, 6, 7])
+    ctx.load_state(state)
+    assert np.array_equal(ctx.decode(PROMPT[6:]), a)

@@ -1,0 +1,496 @@
+"""Self-attention over the KV cache, as llama.cpp's non-flash-attention graph on ggml's CPU backend (AVX512).
+
+Mirrors src/llama-graph.cpp `build_attn_mha` with flash attention off:
+    kq          = mul_mat(K view, Q)                       (n_head, T, n_kv_pad), raw dot products
+    kq_soft_max = soft_max_ext(kq, kq_mask, kq_scale)      (n_head, T, n_kv_pad)
+    kqv         = mul_mat(V^T view, kq_soft_max)           -> permute -> (T, n_head * head_dim)
+with the KV cache of src/llama-kv-cache.cpp:
+* n_kv_pad = min(n_ctx, max(256, roundup(n_kv, 256))) cells are read (`get_n_kv`); cells never written
+  hold zeros (the buffer is cleared at creation); the mask (-inf) hides cells that are empty
+  (kv_pos < 0), at or beyond n_kv, or in the future (kv_pos > q_pos).
+* GQA: query head h reads KV head h // (n_head / n_head_kv) (ggml mul_mat broadcast r2).
+* F16 cache (uint16 storage): K/V stored with ggml_cpu_fp32_to_fp16 (set_rows, round to nearest even);
+  the matmuls' F32 operand is converted to F16 first (Q for kq, the soft-max probabilities for kqv).
+
+Which summation order ggml uses (ggml-cpu.c `ggml_compute_forward_mul_mat`, llamafile/sgemm.cpp):
+* llamafile_sgemm (tinyBLAS, AVX512: one 16-lane FMA accumulator per output over k/16 chunks, then
+  _mm512_reduce_add_ps) when the batch has >= 2 tokens (`n < 2` returns false) and the operand types
+  fit: F16 cache -> kq and kqv (F16 x F16 after converting the F32 operand); F32 cache -> kqv only
+  (kq's Q operand is a non-contiguous permuted view and already F32, so neither sgemm attempt applies).
+* otherwise ggml_vec_dot_f16 / ggml_vec_dot_f32 (AVX512 without AVX512-FP16: 4 accumulators x 16 lanes
+  over steps of 64, reduced acc0+acc2, acc1+acc3, then +, then _mm512_reduce_add_ps; F16 leftovers summed
+  in double, F32 leftovers added in float (partly FMA'd, as GCC 12 compiles it) -- leftovers only exist
+  when head_dim or n_kv_pad is not a multiple of 64, which no supported model has).
+So, exactly like llama.cpp, a token's attention output is NOT bit-identical between a multi-token batch
+and a single-token decode (F16 cache: kq and kqv; F32 cache: kqv); the difference is ulp-level. Within
+either path the result does not depend on the batch split, on other tokens, or on the thread count.
+
+Cache layout (llama.cpp's buffers, v_trans = true):
+    k_cache: (n_ctx, n_head_kv, head_dim)   one row of n_head_kv*head_dim per cell
+    v_cache: (n_head_kv, head_dim, n_ctx)   V transposed: per (KV head, dim) a row over cells
+both uint16 (F16 bits) or both float32. Zero-initialise them (np.zeros), as llama.cpp clears its buffer.
+
+Each dot product keeps ggml's lanes; the loops are arranged for SIMD. A single token (decode) reads the
+cache directly: kq per cell (4 cells interleaved), kqv per head dim over contiguous cells (4 dims
+interleaved). A batch first copies its KV head's cells to float32 windows (K transposed, V by cell) so
+kq runs over a block of cells and kqv over all head dims in contiguous loops; the copy is shared by the
+item's tokens and GQA heads. Work is split over (KV head, block of tokens) items with prange. Padding
+cells past n_kv are masked (probability exactly 0) and add exact zeros to every sum, so only
+roundup(n_kv, 64) cells are computed unless the kq / kq_soft_max traces are requested (then all
+n_kv_pad, as ggml).
+"""
+
+from __future__ import annotations
+
+import kernels.config  # noqa: F401
+
+import numpy as np
+from numba import prange, types
+from numba.extending import overload
+
+from kernels.activations import soft_max_row
+from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
+
+N_KV_PAD = 256  # llama_kv_cache::get_n_kv: max(n_pad, 256)
+TOKENS_PER_ITEM = 16  # tokens per parallel work item in a batch
+CELL_BLOCK = 64  # cells whose kq dot products are computed side by side
+PARALLEL_MIN_FLOPS = 1 << 18  # below this much work the kernel stays on the calling thread
+
+
+# ----------------------------------------------------------------------------------------------
+# cache-type dispatch (resolved at compile time: numba compiles one version per cache dtype)
+
+
+def cache_is_f16(cache):  # pragma: no cover - replaced by the overload inside jitted code
+    raise NotImplementedError
+
+
+@overload(cache_is_f16)
+def _ov_cache_is_f16(cache):
+    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
+        return lambda cache: True
+    if isinstance(cache, types.Array) and cache.dtype == types.float32:
+        return lambda cache: False
+    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+
+
+def cache_load(v):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(cache_load)
+def _ov_cache_load(v):
+    if v == types.uint16:
+        return lambda v: f16_bits_to_f32_hw(v)
+    if v == types.float32:
+        return lambda v: v
+    raise TypeError("KV cache element must be uint16 or float32")
+
+
+def cache_value(cache, x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(cache_value)
+def _ov_cache_value(cache, x):
+    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
+        return lambda cache, x: f32_to_f16_bits_hw(np.float32(x))
+    if isinstance(cache, types.Array) and cache.dtype == types.float32:
+        return lambda cache, x: np.float32(x)
+    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+
+
+def round_operand(cache, x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(round_operand)
+def _ov_round_operand(cache, x):
+    # the F32 operand of a matmul against the cache, as ggml converts it (vec_dot_type)
+    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
+        return lambda cache, x: round_f16_scalar(np.float32(x))
+    if isinstance(cache, types.Array) and cache.dtype == types.float32:
+        return lambda cache, x: np.float32(x)
+    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+
+
+# ----------------------------------------------------------------------------------------------
+# lane reductions (element-wise over the trailing axis of acc, i.e. over many dot products at once)
+
+
+@jit
+def _hsum16_rows(acc, n):
+    """acc[0, :n] = _mm512_reduce_add_ps over lanes acc[0:16, j] (tree 8, 4, 2, 1) for every j."""
+    for l in range(8):
+        for j in range(n):
+            acc[l, j] = acc[l, j] + acc[l + 8, j]
+    for l in range(4):
+        for j in range(n):
+            acc[l, j] = acc[l, j] + acc[l + 4, j]
+    for l in range(2):
+        for j in range(n):
+            acc[l, j] = acc[l, j] + acc[l + 2, j]
+    for j in range(n):
+        acc[0, j] = acc[0, j] + acc[1, j]
+
+
+@jit
+def _reduce_vec_rows(acc, n):
+    """GGML_F32x16_REDUCE for 4 accumulators held as acc[0:64, j]: (x0+x2) + (x1+x3), then the tree."""
+    for l in range(16):
+        for j in range(n):
+            acc[l, j] = acc[l, j] + acc[l + 32, j]
+            acc[l + 16, j] = acc[l + 16, j] + acc[l + 48, j]
+    for l in range(16):
+        for j in range(n):
+            acc[l, j] = acc[l, j] + acc[l + 16, j]
+    _hsum16_rows(acc, n)
+
+
+@jit
+def _reduce_vec_lanes(a):
+    """GGML_F32x16_REDUCE of one dot product's 4 x 16 lanes a[0:64] -> float32."""
+    for l in range(16):
+        a[l] = (a[l] + a[l + 32]) + (a[l + 16] + a[l + 48])
+    for l in range(8):
+        a[l] = a[l] + a[l + 8]
+    for l in range(4):
+        a[l] = a[l] + a[l + 4]
+    return (a[0] + a[2]) + (a[1] + a[3])
+
+
+@jit
+def _tail_add(s, x, y, i0, n, f16):
+    """ggml_vec_dot leftovers (elements i0..n-1 of x . y; x may be cache storage) added to the SIMD sum s."""
+    if f16:  # ggml_float sumf += (ggml_float)(x*y)
+        sd = np.float64(s)
+        for i in range(i0, n):
+            sd += np.float64(cache_load(x[i]) * y[i])
+        return np.float32(sd)
+    # float sumf += x*y as GCC 12 -O3 compiles it (disassembled): products of whole 8-blocks are
+    # vmulps'd and added one by one, the last (n - i0) % 8 are vfmadd231ss'd (compiler dependent)
+    n8 = i0 + ((n - i0) // 8) * 8
+    for i in range(i0, n8):
+        s = s + cache_load(x[i]) * y[i]
+    for i in range(n8, n):
+        s = fma_f32(cache_load(x[i]), y[i], s)
+    return s
+
+
+# ----------------------------------------------------------------------------------------------
+# single-token path (T == 1, always ggml_vec_dot order), straight from the cache
+
+
+@jit
+def _kq_row_direct(k_cache, g, qv, n, out_row, a4):
+    """out_row[c] = K[c] . qv for c < n, ggml_vec_dot order; cells in groups of 4 (independent chains).
+    a4: f32 (4, 64) scratch. Slices keep the inner loops' index plain, so they vectorise."""
+    D = qv.shape[0]
+    f16 = cache_is_f16(k_cache)
+    npart = D & ~63
+    for c0 in range(0, n, 4):
+        nb = min(4, n - c0)
+        for j in range(nb):
+            krow = k_cache[c0 + j, g]
+            a = a4[j]
+            for l in range(64):
+                a[l] = np.float32(0.0)
+            for s in range(0, npart, 64):
+                ks = krow[s:s + 64]
+                qs = qv[s:s + 64]
+                for l in range(64):
+                    a[l] = fma_f32(cache_load(ks[l]), qs[l], a[l])
+        for j in range(nb):
+            r = _reduce_vec_lanes(a4[j])
+            if npart < D:
+                r = _tail_add(r, k_cache[c0 + j, g], qv, npart, D, f16)
+            out_row[c0 + j] = r
+
+
+@jit
+def _kqv_row_direct(v_cache, g, pa, n, res, a4):
+    """res[d] = sum_c pa[c] * V[c, d], ggml_vec_dot order over the cells, 4 dims at a time."""
+    D = res.shape[0]
+    f16 = cache_is_f16(v_cache)
+    npart = n & ~63
+    for d0 in range(0, D, 4):
+        nr = min(4, D - d0)
+        for r in range(nr):
+            for l in range(64):
+                a4[r, l] = np.float32(0.0)
+        for s in range(0, npart, 64):
+            ps = pa[s:s + 64]
+            for r in range(nr):
+                vs = v_cache[g, d0 + r, s:s + 64]
+                a = a4[r]
+                for l in range(64):
+                    a[l] = fma_f32(cache_load(vs[l]), ps[l], a[l])
+        for r in range(nr):
+            x = _reduce_vec_lanes(a4[r])
+            if npart < n:
+                x = _tail_add(x, v_cache[g, d0 + r], pa, npart, n, f16)
+            res[d0 + r] = x
+
+
+# ----------------------------------------------------------------------------------------------
+# batch path (T >= 2): the KV head's cells are first copied to float32 windows laid out so that many
+# dot products run side by side (cost amortised over the item's tokens and GQA heads)
+
+
+@jit
+def _load_windows(k_cache, v_cache, g, n, kt, vw):
+    """kt[d, c] = K[c, g, d] and vw[c, d] = V[c, g, d] (exact F16 -> F32) for cells c < n."""
+    D = kt.shape[0]
+    for c in range(n):
+        krow = k_cache[c, g]
+        for d in range(D):
+            kt[d, c] = cache_load(krow[d])
+    for d in range(D):
+        vrow = v_cache[g, d, :n]
+        for c in range(n):
+            vw[c, d] = cache_load(vrow[c])
+
+
+@jit
+def _kq_row_window(kt, qv, n, gemm, f16, out_row, acc):
+    """out_row[c] = K[c] . qv for c < n from the window kt (D, n), in tinyBLAS (gemm) or vec_dot order:
+    lane l of a block of cells is one contiguous loop."""
+    D = qv.shape[0]
+    for c0 in range(0, n, CELL_BLOCK):
+        cb = min(CELL_BLOCK, n - c0)
+        if gemm:  # tinyBLAS: lane l of cell c accumulates fma over k[16m + l] * q[16m + l]
+            for l in range(16):
+                for j in range(cb):
+                    acc[l, j] = np.float32(0.0)
+            for m in range(0, D, 16):
+                for l in range(16):
+                    qq = qv[m + l]
+                    krow = kt[m + l, c0:c0 + cb]
+                    arow = acc[l]
+                    for j in range(cb):
+                        arow[j] = fma_f32(krow[j], qq, arow[j])
+            _hsum16_rows(acc, cb)
+            for j in range(cb):
+                out_row[c0 + j] = acc[0, j]
+        else:  # ggml_vec_dot: 64 lanes (4 accumulators) over steps of 64
+            npart = D & ~63
+            for l in range(64):
+                for j in range(cb):
+                    acc[l, j] = np.float32(0.0)
+            for s in range(0, npart, 64):
+                for l in range(64):
+                    qq = qv[s + l]
+                    krow = kt[s + l, c0:c0 + cb]
+                    arow = acc[l]
+                    for j in range(cb):
+                        arow[j] = fma_f32(krow[j], qq, arow[j])
+            _reduce_vec_rows(acc, cb)
+            for j in range(cb):
+                r = acc[0, j]
+                if npart < D:
+                    r = _tail_add(r, kt[:, c0 + j], qv, npart, D, f16)
+                out_row[c0 + j] = r
+
+
+@jit
+def _kqv_row_window(vw, pa, n, gemm, f16, res, accv):
+    """res[d] = sum_c pa[c] * V[c, d] for every d from the window vw (n, D), tinyBLAS (gemm) or vec_dot
+    order over the cells, all head dims in one contiguous loop."""
+    D = res.shape[0]
+    if gemm:  # lane (c mod 16) of each output dim
+        for l in range(16):
+            for d in range(D):
+                accv[l, d] = np.float32(0.0)
+        for c in range(n):
+            p = pa[c]
+            vr = vw[c]
+            ar = accv[c & 15]
+            for d in range(D):
+                ar[d] = fma_f32(vr[d], p, ar[d])
+        _hsum16_rows(accv, D)
+        for d in range(D):
+            res[d] = accv[0, d]
+    else:  # lane (c mod 64) = accumulator (c mod 64) // 16, lane c mod 16
+        npart = n & ~63
+        for l in range(64):
+            for d in range(D):
+                accv[l, d] = np.float32(0.0)
+        for c in range(npart):
+            p = pa[c]
+            vr = vw[c]
+            ar = accv[c & 63]
+            for d in range(D):
+                ar[d] = fma_f32(vr[d], p, ar[d])
+        _reduce_vec_rows(accv, D)
+        for d in range(D):
+            x = accv[0, d]
+            if npart < n:
+                x = _tail_add(x, vw[:, d], pa, npart, n, f16)
+            res[d] = x
+
+
+# ----------------------------------------------------------------------------------------------
+# KV store
+
+
+@jit
+def kv_store(k_cache, v_cache, k, v, cells):
+    """Write K and V of T tokens into cache cells (ggml SET_ROWS; F32 -> F16 rounds to nearest even).
+
+    k_cache: (n_ctx, n_head_kv, hd); v_cache: (n_head_kv, hd, n_ctx); k, v: f32 (T, n_head_kv, hd);
+    cells: int32 (T,) cell index of each token."""
+    n_ctx, G, D = k_cache.shape
+    T = k.shape[0]
+    if k.shape[1] != G or k.shape[2] != D or v.shape[0] != T or v.shape[1] != G or v.shape[2] != D:
+        raise ValueError("kv_store: k and v must be (T, n_head_kv, head_dim) matching the cache")
+    if v_cache.shape[0] != G or v_cache.shape[1] != D or v_cache.shape[2] != n_ctx:
+        raise ValueError("kv_store: v_cache must be (n_head_kv, head_dim, n_ctx)")
+    if cells.shape[0] != T:
+        raise ValueError("kv_store: cells must be (T,)")
+    for t in range(T):
+        c = cells[t]
+        if c < 0 or c >= n_ctx:
+            raise ValueError("kv_store: cell index out of range")
+        for g in range(G):
+            for d in range(D):
+                k_cache[c, g, d] = cache_value(k_cache, k[t, g, d])
+                v_cache[g, d, c] = cache_value(v_cache, v[t, g, d])
+
+
+# ----------------------------------------------------------------------------------------------
+# attention
+
+
+@jit
+def n_kv_padded(n_kv, n_ctx):
+    """Cells of the KV view llama.cpp attends over: min(n_ctx, max(256, roundup(n_kv, 256)))."""
+    p = ((n_kv + N_KV_PAD - 1) // N_KV_PAD) * N_KV_PAD
+    if p < N_KV_PAD:
+        p = N_KV_PAD
+    return p if p < n_ctx else n_ctx
+
+
+@jit
+def _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
+                    want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm):
+    """The query heads of KV head g for tokens t0..t1-1."""
+    T, H, D = q.shape
+    G = k_cache.shape[1]
+    gqa = H // G
+    f16 = cache_is_f16(k_cache)
+    batch = T >= 2
+    qv = np.empty(D, np.float32)
+    wp = np.empty(n_eff, np.float32)
+    dp = np.empty(n_eff, np.float32)
+    pa = np.empty(n_eff, np.float32)
+    res = np.empty(D, np.float32)
+    if batch:
+        kt = np.empty((D, n_eff), np.float32)
+        vw = np.empty((n_eff, D), np.float32)
+        _load_windows(k_cache, v_cache, g, n_eff, kt, vw)
+        acc = np.empty((64, CELL_BLOCK), np.float32)
+        accv = np.empty((64, D), np.float32)
+    else:
+        kt = np.empty((0, 0), np.float32)
+        vw = np.empty((0, 0), np.float32)
+        acc = np.empty((4, 64), np.float32)
+        accv = acc
+    for t in range(t0, t1):
+        qp = q_pos[t]
+        for h in range(g * gqa, (g + 1) * gqa):
+            for d in range(D):
+                qv[d] = round_operand(k_cache, q[t, h, d])
+            if batch:
+                _kq_row_window(kt, qv, n_eff, kq_gemm, f16, wp, acc)
+            else:
+                _kq_row_direct(k_cache, g, qv, n_eff, wp, acc)
+            if want_kq:
+                for c in range(n_eff):
+                    kq_out[h, t, c] = wp[c]
+            # ggml_vec_scale_f32 by kq_scale, then += 1.0f * mask (0 or -inf)
+            for c in range(n_eff):
+                w = wp[c] * scale
+                if c >= n_kv or kv_pos[c] < 0 or kv_pos[c] > qp:
+                    wp[c] = w + np.float32(-np.inf)
+                else:
+                    wp[c] = w + np.float32(0.0)
+            soft_max_row(n_eff, dp, wp, True)
+            if want_sm:
+                for c in range(n_eff):
+                    kq_soft_max_out[h, t, c] = dp[c]
+            for c in range(n_eff):
+                pa[c] = round_operand(v_cache, dp[c])
+            if batch:
+                _kqv_row_window(vw, pa, n_eff, kqv_gemm, f16, res, accv)
+            else:
+                _kqv_row_direct(v_cache, g, pa, n_eff, res, acc)
+            for d in range(D):  # kqv permuted to (T, n_head * hd)
+                out[t, h * D + d] = res[d]
+
+
+@pjit
+def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, kq_soft_max_out, batch_paths):
+    T, H, D = q.shape
+    want_kq = kq_out.size > 0  # an absent trace is an empty array (one compiled version, not four)
+    want_sm = kq_soft_max_out.size > 0
+    n_ctx, G, Dk = k_cache.shape
+    if Dk != D or G <= 0 or H % G != 0:
+        raise ValueError("attention: k_cache must be (n_ctx, n_head_kv, head_dim) with n_head % n_head_kv == 0")
+    if v_cache.shape[0] != G or v_cache.shape[1] != D or v_cache.shape[2] != n_ctx:
+        raise ValueError("attention: v_cache must be (n_head_kv, head_dim, n_ctx)")
+    if n_kv < 1 or n_kv > n_ctx or kv_pos.shape[0] < n_kv:
+        raise ValueError("attention: need 1 <= n_kv <= n_ctx and kv_pos of at least n_kv cells")
+    if q_pos.shape[0] != T or out.shape[0] != T or out.shape[1] != H * D:
+        raise ValueError("attention: q_pos must be (T,) and out (T, n_head*head_dim)")
+    n_pad = n_kv_padded(n_kv, n_ctx)
+    if want_kq:
+        if kq_out.shape[0] != H or kq_out.shape[1] != T or kq_out.shape[2] != n_pad:
+            raise ValueError("attention: kq_out must be (n_head, T, n_kv_padded)")
+    if want_sm:
+        if kq_soft_max_out.shape[0] != H or kq_soft_max_out.shape[1] != T or kq_soft_max_out.shape[2] != n_pad:
+            raise ValueError("attention: kq_soft_max_out must be (n_head, T, n_kv_padded)")
+    # cells actually computed: whole 64-cell steps past n_kv are masked zeros (no-ops in every sum)
+    n_eff = n_pad
+    if not want_kq and not want_sm and n_pad % 64 == 0:
+        n_eff = ((n_kv + 63) // 64) * 64
+    f16 = cache_is_f16(k_cache)
+    kq_gemm = batch_paths and T >= 2 and f16 and D % 16 == 0 and n_pad % 4 == 0
+    kqv_gemm = batch_paths and T >= 2 and n_pad % 16 == 0 and D % 4 == 0
+    scale = np.float32(kq_scale)
+    n_tb = (T + TOKENS_PER_ITEM - 1) // TOKENS_PER_ITEM
+    n_items = G * n_tb
+    if n_items > 1 and T * H * n_eff * D * 2 >= PARALLEL_MIN_FLOPS:
+        for it in prange(n_items):
+            g = it % G
+            t0 = (it // G) * TOKENS_PER_ITEM
+            t1 = min(T, t0 + TOKENS_PER_ITEM)
+            _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
+                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm)
+    else:
+        for it in range(n_items):
+            g = it % G
+            t0 = (it // G) * TOKENS_PER_ITEM
+            t1 = min(T, t0 + TOKENS_PER_ITEM)
+            _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
+                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm)
+
+
+@jit
+def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=None, kq_soft_max_out=None,
+              batch_paths=True):
+    """Causal self-attention of T query tokens over the first n_kv cache cells (llama.cpp, no flash attn).
+
+    q: f32 (T, n_head, hd) (after RoPE and any temperature scaling); k_cache (n_ctx, n_head_kv, hd) and
+    v_cache (n_head_kv, hd, n_ctx), both uint16 (F16) or both float32; n_kv: cells 0..n_kv-1 may be in
+    use; kv_pos: int32 (>= n_kv,) position held by each cell, < 0 for an empty cell; q_pos: int32 (T,);
+    kq_scale: e.g. 1/sqrt(hd) (rounded to float32); out: f32 (T, n_head*hd).
+    kq_out / kq_soft_max_out: optional f32 (n_head, T, n_kv_padded(n_kv, n_ctx)) traces of the
+    `kq-<il>` / `kq_soft_max-<il>` nodes (kq raw, before scale and mask); they cost nothing when None.
+    batch_paths: True follows llama.cpp exactly (batches of >= 2 tokens sum in tinyBLAS order, single
+    tokens in ggml_vec_dot order, so a token's result depends on its batch); False uses the single-token
+    order for every batch, which makes prefill in any split bit-identical to token-by-token decoding."""
+    # one compiled core per cache type: an absent trace is passed as an empty array
+    empty = np.empty((0, 0, 0), np.float32)
+    kq = empty if kq_out is None else kq_out
+    sm = empty if kq_soft_max_out is None else kq_soft_max_out
+    _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq, sm, batch_paths)

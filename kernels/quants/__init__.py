@@ -1,0 +1,19 @@
+"""ggml block formats: one module per format (or family), registered in FORMATS by ggml type id.
+
+    floats  F32, F16, BF16        q4_0, q4_1, q5_0, q5_1, q8_0   (32-weight blocks, Q8_0/Q8_1 activations)
+    q2_k, q3_k, q4_k, q5_k, q6_k  (256-weight super-blocks, Q8_K activations)
+    activations                   float32 -> Q8_0 / Q8_1 / Q8_K / F16 / BF16 as ggml-cpu's from_float
+
+Importing this package compiles nothing (kernels are compiled, or loaded from the numba cache, on first call).
+"""
+
+from __future__ import annotations
+
+from . import floats, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0  # noqa: F401  (register)
+from .base import FORMATS, BlockFormat, readonly
+
+__all__ = ["FORMATS", "BlockFormat", "get_format", "readonly"]
+
+
+def get_format(ggml_type: int) -> BlockFormat | None:
+    return FORMATS.get(int(ggml_type))

@@ -1,0 +1,116 @@
+"""Bit-level scalar helpers shared by every block format (ggml-impl.h, ggml-quants.c helpers).
+
+* fp16 <-> fp32 via LLVM's `half` type: `fpext`/`fptrunc` are IEEE conversions (round to nearest even),
+  which is what ggml's F16C `_cvtss_sh`/`_cvtsh_ss` compute on x86 (and what numpy's astype does), and
+  LLVM lowers them to vcvtph2ps/vcvtps2ph, so they vectorise.
+* bf16 <-> fp32 exactly as ggml_compute_fp32_to_bf16 / ggml_compute_bf16_to_fp32 (scalar C path).
+* nearest_int: ggml-quants.c's magic-number rounding (round half to even for |x| < 2^22).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .. import config  # noqa: F401  (sets NUMBA_CACHE_DIR before numba is imported)
+import numpy as np  # noqa: E402
+from numba import types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+from ..config import jit  # noqa: E402
+
+
+def _int_to_width(builder, v, from_bits: int, to_bits: int):
+    if from_bits > to_bits:
+        return builder.trunc(v, ir.IntType(to_bits))
+    if from_bits < to_bits:
+        return builder.zext(v, ir.IntType(to_bits))
+    return v
+
+
+@intrinsic
+def f16_to_f32(typingctx, h):
+    """fp16 bit pattern (any unsigned int type, low 16 bits used) -> float32."""
+    if not isinstance(h, types.Integer):
+        return None
+    sig = types.float32(h)
+
+    def codegen(context, builder, sig, args):
+        v = _int_to_width(builder, args[0], sig.args[0].bitwidth, 16)
+        return builder.fpext(builder.bitcast(v, ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_f16(typingctx, f):
+    """float32 -> fp16 bit pattern (uint16), round to nearest even (F16C _MM_FROUND_TO_NEAREST_INT)."""
+    if f != types.float32:
+        return None
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_from_bits(typingctx, u):
+    """Reinterpret the low 32 bits of an integer as float32."""
+    if not isinstance(u, types.Integer):
+        return None
+    sig = types.float32(u)
+
+    def codegen(context, builder, sig, args):
+        v = _int_to_width(builder, args[0], sig.args[0].bitwidth, 32)
+        return builder.bitcast(v, ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, f):
+    """Bit pattern of a float32 as uint32."""
+    if f != types.float32:
+        return None
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@jit
+def bf16_to_f32(h):
+    """bf16 bit pattern -> float32 (ggml_compute_bf16_to_fp32: shift into the high half)."""
+    return f32_from_bits(np.uint32(h) << np.uint32(16))
+
+
+@jit
+def f32_to_bf16(f):
+    """float32 -> bf16 bit pattern (ggml_compute_fp32_to_bf16: NaN forced quiet, else round to nearest even)."""
+    u = f32_bits(f)
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((u >> np.uint32(16)) | np.uint32(64))
+    return np.uint16((u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16))
+
+
+@jit
+def nearest_int(fval):
+    """ggml-quants.c nearest_int: add 1.5*2^23 and read the mantissa (round half to even, |fval| <= 4194303)."""
+    val = np.float32(fval) + np.float32(12582912.0)
+    return np.int32(np.int32(f32_bits(val) & np.uint32(0x007FFFFF)) - np.int32(0x00400000))
+
+
+@jit
+def read_u16(buf, off):
+    """Little-endian uint16 at byte offset `off` of a uint8 buffer."""
+    return np.uint16(np.uint16(buf[off]) | (np.uint16(buf[off + 1]) << np.uint16(8)))
+
+
+@jit
+def read_u32(buf, off):
+    """Little-endian uint32 at byte offset `off` of a uint8 buffer."""
+    return (np.uint32(buf[off]) | (np.uint32(buf[off + 1]) << np.uint32(8))
+            | (np.uint32(buf[off + 2]) << np.uint32(16)) | (np.uint32(buf[off + 3]) << np.uint32(24)))

@@ -1,0 +1,275 @@
+"""Activation quantization to a weight type's vec_dot_type, bit for bit as ggml-cpu does it before mul_mat.
+
+ggml-cpu's mul_mat converts every row of src1 (the activations, float32) with
+`type_traits_cpu[vec_dot_type].from_float` (ggml-cpu/ggml-cpu.c), then calls vec_dot on (weight row, converted
+row). The converted rows are kept here as structure-of-arrays (int8 quants + float32 scales) instead of ggml's
+packed blocks so the dot kernels can stream them; `*_to_blocks` helpers give the packed ggml bytes for tests.
+
+Q8_0 / Q8_1 (for Q4_0, Q5_0, Q8_0 / Q4_1, Q5_1 weights): we use the x86 AVX2/AVX512 quantize_row_q8_0 /
+quantize_row_q8_1 of ggml-cpu/arch/x86/quants.c, because the reference fixtures come from an AVX512 x86
+build, which runs that code, not the generic one. It differs from quantize_row_q8_0_ref (ggml-quants.c):
+    x86:  d = amax/127, id = amax != 0 ? 127/amax : 0, q = _mm256_round_ps(x*id) (nearest, ties to EVEN),
+          converted with saturating packs;   Q8_1 s = fp16(d * sum(q)) with d the float32 (unrounded) scale
+    ref:  d = amax/127, id = d != 0 ? 1/d : 0,   q = roundf(x*id)        (ties AWAY from zero);
+          Q8_1 s = fp16(sum(q) * d)
+Both are implemented (the `_ref` ones are selectable for comparison and tested); the matmul uses the x86 ones.
+
+Q8_K (for the K-quants): quantize_row_q8_K_ref (x86 calls it too): signed max of largest magnitude,
+iscale = -127/max, q = min(127, nearest_int(iscale*x)), bsums of 16, d = 1/iscale.
+
+F16 / BF16 weights: activations rounded to fp16 (F16C, nearest even) / bf16 (ggml_compute_fp32_to_bf16);
+F32 weights use the float32 activations unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import QK_K, GGMLType
+from ._bits import f16_to_f32, f32_to_bf16, f32_to_f16, nearest_int, bf16_to_f32
+
+QK8 = 32  # block of Q8_0 / Q8_1
+
+
+@jit
+def _sat_cvt_i8(v):
+    """_mm256_round_ps(v, nearest) -> _mm256_cvtps_epi32 -> packs_epi32 -> packs_epi16, for one lane."""
+    r = np.rint(v)
+    if r >= -2147483648.0 and r < 2147483648.0:  # cvtps_epi32 gives INT_MIN for NaN / out of range
+        iv = np.int64(r)
+    else:
+        iv = np.int64(-2147483648)
+    return np.int8(min(127, max(-128, iv)))
+
+
+@jit
+def _roundf_i8(v):
+    """C roundf (ties away from zero) then conversion to int8."""
+    t = np.trunc(v)
+    if abs(v - t) >= 0.5:
+        t += np.sign(v)
+    if t != t:  # NaN: undefined in C; pick 0
+        return np.int8(0)
+    return np.int8(min(127.0, max(-128.0, t)))
+
+
+@pjit
+def quantize_q8_0_x86(x, qs, d16, d):
+    """x (T, K) f32 -> qs (T, K) int8, d16 (T, K/32) fp16 bits, d (T, K/32) = fp32 value of d16."""
+    T, K = x.shape
+    for t in prange(T):
+        for b in range(K // QK8):
+            o = b * QK8
+            amax = np.float32(0.0)
+            for j in range(QK8):
+                amax = max(amax, abs(x[t, o + j]))
+            h = f32_to_f16(np.float32(amax / np.float32(127.0)))
+            d16[t, b] = h
+            d[t, b] = f16_to_f32(h)
+            iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+            for j in range(QK8):
+                qs[t, o + j] = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+
+
+@pjit
+def quantize_q8_1_x86(x, qs, d16, d, s16, s):
+    """As quantize_q8_0_x86 plus s16/s (T, K/32): fp16(d * sum(q)) with d the unrounded float32 scale."""
+    T, K = x.shape
+    for t in prange(T):
+        for b in range(K // QK8):
+            o = b * QK8
+            amax = np.float32(0.0)
+            for j in range(QK8):
+                amax = max(amax, abs(x[t, o + j]))
+            dd = np.float32(amax / np.float32(127.0))
+            h = f32_to_f16(dd)
+            d16[t, b] = h
+            d[t, b] = f16_to_f32(h)
+            iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+            isum = 0
+            for j in range(QK8):
+                q = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+                qs[t, o + j] = q
+                isum += np.int32(q)
+            hs = f32_to_f16(np.float32(dd * np.float32(isum)))
+            s16[t, b] = hs
+            s[t, b] = f16_to_f32(hs)
+
+
+@pjit
+def quantize_q8_0_ref(x, qs, d16, d):
+    """quantize_row_q8_0_ref (generic C), same outputs as quantize_q8_0_x86."""
+    T, K = x.shape
+    for t in prange(T):
+        for b in range(K // QK8):
+            o = b * QK8
+            amax = np.float32(0.0)
+            for j in range(QK8):
+                amax = max(amax, abs(x[t, o + j]))
+            dd = np.float32(amax / np.float32(127.0))
+            iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+            h = f32_to_f16(dd)
+            d16[t, b] = h
+            d[t, b] = f16_to_f32(h)
+            for j in range(QK8):
+                qs[t, o + j] = _roundf_i8(np.float32(x[t, o + j] * iscale))
+
+
+@pjit
+def quantize_q8_1_ref(x, qs, d16, d, s16, s):
+    """quantize_row_q8_1_ref (generic C)."""
+    T, K = x.shape
+    for t in prange(T):
+        for b in range(K // QK8):
+            o = b * QK8
+            amax = np.float32(0.0)
+            for j in range(QK8):
+                amax = max(amax, abs(x[t, o + j]))
+            dd = np.float32(amax / np.float32(127.0))
+            iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+            h = f32_to_f16(dd)
+            d16[t, b] = h
+            d[t, b] = f16_to_f32(h)
+            isum = 0
+            for j in range(QK8):
+                q = _roundf_i8(np.float32(x[t, o + j] * iscale))
+                qs[t, o + j] = q
+                isum += np.int32(q)
+            hs = f32_to_f16(np.float32(np.float32(isum) * dd))
+            s16[t, b] = hs
+            s[t, b] = f16_to_f32(hs)
+
+
+@pjit
+def quantize_q8_K(x, qs, d, bsums):
+    """quantize_row_q8_K_ref: x (T, K) -> qs (T, K) int8, d (T, K/256) f32, bsums (T, K/16) int16."""
+    T, K = x.shape
+    for t in prange(T):
+        for b in range(K // QK_K):
+            o = b * QK_K
+            amax = np.float32(0.0)
+            vmax = np.float32(0.0)
+            for j in range(QK_K):
+                ax = abs(x[t, o + j])
+                if ax > amax:
+                    amax = ax
+                    vmax = x[t, o + j]
+            if amax == np.float32(0.0):
+                # ggml leaves bsums untouched here; with d = 0 they never matter, we zero them
+                d[t, b] = np.float32(0.0)
+                for j in range(QK_K):
+                    qs[t, o + j] = 0
+                for j in range(QK_K // 16):
+                    bsums[t, b * 16 + j] = 0
+                continue
+            iscale = np.float32(np.float32(-127.0) / vmax)
+            for j in range(QK_K):
+                qs[t, o + j] = np.int8(min(np.int32(127), nearest_int(np.float32(iscale * x[t, o + j]))))
+            for j in range(QK_K // 16):
+                sm = np.int32(0)
+                for i in range(16):
+                    sm += np.int32(qs[t, o + 16 * j + i])
+                bsums[t, b * 16 + j] = np.int16(sm)
+            d[t, b] = np.float32(np.float32(1.0) / iscale)
+
+
+@pjit
+def round_to_f16(x, h, xr):
+    """ggml_cpu_fp32_to_fp16: h (T, K) fp16 bits; xr (T, K) f32 value of h."""
+    T, K = x.shape
+    for t in prange(T):
+        for k in range(K):
+            b = f32_to_f16(x[t, k])
+            h[t, k] = b
+            xr[t, k] = f16_to_f32(b)
+
+
+@pjit
+def round_to_bf16(x, h, xr):
+    """ggml_cpu_fp32_to_bf16 (scalar GGML_FP32_TO_BF16): h (T, K) bf16 bits; xr (T, K) f32 value of h."""
+    T, K = x.shape
+    for t in prange(T):
+        for k in range(K):
+            b = f32_to_bf16(x[t, k])
+            h[t, k] = b
+            xr[t, k] = bf16_to_f32(b)
+
+
+class Activations:
+    """Activations converted to a vec_dot_type. Fields (T = tokens, K = inner size):
+
+    Q8_0: qs (T, K) int8, d (T, K/32) f32, d16 fp16 bits of d
+    Q8_1: as Q8_0 plus s (T, K/32) f32 (= fp16 of d*sum(qs)), s16 its bits
+    Q8_K: qs (T, K) int8, d (T, K/256) f32, bsums (T, K/16) int16
+    F16 / BF16: x (T, K) f32 holding the rounded values, h (T, K) their 16-bit patterns
+    F32: x (T, K) f32 (the input itself)
+    """
+
+    __slots__ = ("vec_dot_type", "qs", "d", "d16", "s", "s16", "bsums", "x", "h")
+
+    def __init__(self, vec_dot_type: GGMLType):
+        self.vec_dot_type = vec_dot_type
+        self.qs = self.d = self.d16 = self.s = self.s16 = self.bsums = self.x = self.h = None
+
+
+def quantize_activations(vec_dot_type: GGMLType, x: np.ndarray, flavour: str = "x86") -> Activations:
+    """x (T, K) float32 C-contiguous -> Activations of `vec_dot_type`. flavour 'ref' selects the generic-C
+    quantize_row_q8_0_ref / q8_1_ref (only used by tests; matmul uses 'x86', see the module docstring)."""
+    T, K = x.shape
+    a = Activations(vec_dot_type)
+    if vec_dot_type in (GGMLType.Q8_0, GGMLType.Q8_1):
+        nb = K // QK8
+        a.qs = np.empty((T, K), np.int8)
+        a.d16 = np.empty((T, nb), np.uint16)
+        a.d = np.empty((T, nb), np.float32)
+        if vec_dot_type == GGMLType.Q8_0:
+            (quantize_q8_0_x86 if flavour == "x86" else quantize_q8_0_ref)(x, a.qs, a.d16, a.d)
+        else:
+            a.s16 = np.empty((T, nb), np.uint16)
+            a.s = np.empty((T, nb), np.float32)
+            (quantize_q8_1_x86 if flavour == "x86" else quantize_q8_1_ref)(x, a.qs, a.d16, a.d, a.s16, a.s)
+    elif vec_dot_type == GGMLType.Q8_K:
+        a.qs = np.empty((T, K), np.int8)
+        a.d = np.empty((T, K // QK_K), np.float32)
+        a.bsums = np.empty((T, K // 16), np.int16)
+        quantize_q8_K(x, a.qs, a.d, a.bsums)
+    elif vec_dot_type == GGMLType.F16:
+        a.h = np.empty((T, K), np.uint16)
+        a.x = np.empty((T, K), np.float32)
+        round_to_f16(x, a.h, a.x)
+    elif vec_dot_type == GGMLType.BF16:
+        a.h = np.empty((T, K), np.uint16)
+        a.x = np.empty((T, K), np.float32)
+        round_to_bf16(x, a.h, a.x)
+    elif vec_dot_type == GGMLType.F32:
+        a.x = x
+    else:
+        raise ValueError(f"no activation quantizer for {vec_dot_type!r}")
+    return a
+
+
+def to_blocks(a: Activations) -> np.ndarray:
+    """Pack Q8_0 / Q8_1 / Q8_K activations into ggml's block bytes (T, row_bytes) uint8 (for tests)."""
+    T, K = a.qs.shape
+    if a.vec_dot_type == GGMLType.Q8_0:  # block_q8_0: d fp16 | qs[32]
+        nb = K // QK8
+        blk = np.empty((T, nb, 34), np.uint8)
+        blk[:, :, 0:2] = a.d16.reshape(T, nb, 1).view(np.uint8)
+        blk[:, :, 2:] = a.qs.reshape(T, nb, QK8).view(np.uint8)
+    elif a.vec_dot_type == GGMLType.Q8_1:  # block_q8_1: d fp16 | s fp16 | qs[32]
+        nb = K // QK8
+        blk = np.empty((T, nb, 36), np.uint8)
+        blk[:, :, 0:2] = a.d16.reshape(T, nb, 1).view(np.uint8)
+        blk[:, :, 2:4] = a.s16.reshape(T, nb, 1).view(np.uint8)
+        blk[:, :, 4:] = a.qs.reshape(T, nb, QK8).view(np.uint8)
+    elif a.vec_dot_type == GGMLType.Q8_K:  # block_q8_K: d f32 | qs[256] | bsums int16[16]
+        nb = K // QK_K
+        blk = np.empty((T, nb, 4 + QK_K + 32), np.uint8)
+        blk[:, :, 0:4] = a.d.reshape(T, nb, 1).view(np.uint8)
+        blk[:, :, 4:4 + QK_K] = a.qs.reshape(T, nb, QK_K).view(np.uint8)
+        blk[:, :, 4 + QK_K:] = a.bsums.reshape(T, nb, 16).view(np.uint8)
+    else:
+        raise ValueError(f"{a.vec_dot_type!r} has no block layout")
+    return blk.reshape(T, -1)

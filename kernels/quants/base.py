@@ -1,0 +1,56 @@
+"""The block-format record every format module registers, and the registry itself.
+
+A format module (kernels/quants/<name>.py) describes one ggml tensor type: block geometry, byte layout (bit
+diagram in its docstring), a dequantizer (ggml-quants.c dequantize_row_<type>), the activation type its dot
+product runs against (ggml-cpu.c type_traits_cpu[type].vec_dot_type) and the gemv/gemm kernels
+(ggml-cpu/quants.c ggml_vec_dot_<type>_<vec_type>_generic, same integer sums, same float operation order).
+Adding a format = writing one module and listing it in kernels/quants/__init__.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ggml_type import GGMLType
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    ggml_type: GGMLType
+    block_size: int          # elements per block
+    type_size: int           # bytes per block
+    vec_dot_type: GGMLType   # type the activations are converted to before the dot product
+    # dequantize_rows(raw (n_rows, row_bytes) uint8, ids (m,) int64, out (m, K) float32): out[i] = row ids[i]
+    dequantize_rows: Callable[..., None]
+    # pack(raw (N, row_bytes) uint8, K) -> opaque tuple of arrays the kernels read (may just hold `raw`)
+    pack: Callable[[np.ndarray, int], Any]
+    # gemv(packed, Activations with T == 1, out (1, N) f32) / gemm(packed, Activations, out (T, N) f32)
+    gemv: Callable[..., None]
+    gemm: Callable[..., None]
+
+    @property
+    def name(self) -> str:
+        return self.ggml_type.name
+
+    def row_bytes(self, n_per_row: int) -> int:
+        return n_per_row // self.block_size * self.type_size
+
+
+FORMATS: dict[int, BlockFormat] = {}
+
+
+def register(fmt: BlockFormat) -> BlockFormat:
+    FORMATS[int(fmt.ggml_type)] = fmt
+    return fmt
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: kernels always see read-only weights, whether they come from an mmap or a test's
+    np.array, so numba compiles one specialization per kernel instead of two."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a

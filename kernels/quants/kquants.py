@@ -1,0 +1,61 @@
+"""Shared pieces of the K-quant family (Q2_K..Q6_K, 256-weight super-blocks, Q8_K activations).
+
+Lane order. ggml_vec_dot_q{3,4,5,6}_K_q8_K_generic accumulate the integer products of a super-block into
+aux32[l], l = element index mod 8, then do `sums[l] += d * aux32[l]` in float. To get exactly those eight
+int32 sums from vpmaddubsw/vpmaddwd (which add *adjacent* products), the weights are repacked at load time
+and the activations of each call permuted the same way, so that adjacent bytes hold elements of the same
+class l. Within every group of 32 elements (two 16-element halves s = 0, 1):
+
+    position p = 4*l + 2*s + k   (l = 0..7, s = 0..1, k = 0..1)   holds element  16*s + 8*k + l
+
+vpmaddubsw then pairs (k = 0, 1) -> int16 lane 2l+s, and vpmaddwd with per-half scales (scale_s0, scale_s1)
+pairs (s = 0, 1) -> int32 lane l = class l, for one 32-element group: eight lanes = aux32[0..7] contributions.
+Integer sums are exact (bounds in each module), so the result equals ggml's for any summation order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import pjit
+
+# PERM[p] = natural element (within a 32-group) stored at permuted position p
+PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
+
+
+@pjit
+def prep_q8k(qs, bsums, mult, qp, bs32, pcorr):
+    """Per-call activation layout for the K-quant kernels.
+
+    qs (T, K) int8, bsums (T, K/16) int16 (from quantize_q8_K), mult: int ->
+    qp (T, K) int8 permuted by PERM per 32-group; bs32 (T, K/32) int16 = sum of the 32 quants of a group;
+    pcorr (T, K/2) int16 = mult * (qp[2i] + qp[2i+1]), the pair sums vpmaddubsw would give for constant
+    weights `mult` (subtracted to turn offset unsigned quants back into signed ones)."""
+    T, K = qs.shape
+    for t in prange(T):
+        for g in range(K // 32):
+            o = 32 * g
+            for p in range(32):
+                qp[t, o + p] = qs[t, o + PERM[p]]
+            bs32[t, g] = np.int16(np.int32(bsums[t, 2 * g]) + np.int32(bsums[t, 2 * g + 1]))
+            if mult != 0:
+                for i in range(16):
+                    pcorr[t, 16 * g + i] = np.int16(mult * (np.int32(qp[t, o + 2 * i]) + np.int32(qp[t, o + 2 * i + 1])))
+
+
+class KActs:
+    """Activations prepared for a K-quant kernel: qp (T, K) int8, d (T, K/256) f32, bs32, pcorr."""
+
+    __slots__ = ("qp", "d", "bs32", "pcorr")
+
+
+def prepare(a, mult: int) -> KActs:
+    T, K = a.qs.shape
+    k = KActs()
+    k.qp = np.empty((T, K), np.int8)
+    k.bs32 = np.empty((T, K // 32), np.int16)
+    k.pcorr = np.empty((T, K // 2 if mult else 1), np.int16)
+    k.d = a.d
+    prep_q8k(a.qs, a.bsums, mult, k.qp, k.bs32, k.pcorr)
+    return k

@@ -1,0 +1,256 @@
+"""Fast (AVX2) gemv/gemm shared by the 32-weight block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+
+Their generic dot products need one int32 sum per block (no lane order). Rows are repacked at load time in
+groups of 8 ("8 rows x 4 bytes" interleave, like ggml's repacked q4_0_8x8 family), so that one vpdpbusd of a
+32-byte vector with a broadcast 4-byte activation group adds 4 products to the block sum of each of the 8 rows
+(int32 lane r = row r) - no horizontal sums. Per group of 8 rows and block b (GB bytes, same total size as
+the 8 raw blocks):
+
+    [0:16)          d of the 8 rows, fp16
+    [16:32)         m of the 8 rows, fp16                       (Q4_1, Q5_1)
+    [QH:QH+32)      Q5 fifth bits: byte j of row r's 4-byte lane = bits of elements 4j..4j+3 (low nibble)
+                    and 16+4j..16+4j+3 (high nibble)            (Q5_0, Q5_1)
+    [QS:QS+128)     4-bit formats: 4 chunks of 32 bytes, chunk j = raw qs bytes 4j..4j+3 of rows 0..7
+                    (low nibbles: elements 4j..4j+3, high nibbles: 16+4j..16+4j+3)
+    [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned)
+
+Offset quants (Q4_0: q-8, Q5_0: q-16, Q8_0's q+128 storage) use SUB * sum(activation block): exact integer
+identity. The per-block float arithmetic runs in 8 lanes (one per row), each lane doing exactly the scalar C
+sequence of its format (MODE):
+
+    0  Q4_0:        sumf += (sumi * dx) * dy
+    1  Q5_0:        sumf += (dx * dy) * sumi
+    2  Q8_0:        sumf += sumi * (dx * dy)
+    3  Q4_1, Q5_1:  sumf += (dx * dy) * sumi + mx * sy
+
+Bounds: |block sums| <= 32*255*127 < 2^24 (exact float conversion, no int32 overflow).
+Each format module passes its constants (GB, QH, QS, HAS_M, SUB, MODE, Q8) to gemv_group / gemm_tile from
+its own prange kernels, so LLVM specialises the shared code per format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, fmul, lanef, load32, load8_f16, load8xf32, or8,
+                    prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
+                    store8xf32, sub32, zero32, zerof)
+
+QK = 32
+G = 8  # rows per interleaved group
+
+
+# ----------------------------------------------------------------------------------------- repack
+
+@pjit
+def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out):
+    """raw (N, nb*BB) GGUF blocks -> out (ceil(N/8), nb*GB); rows past N repeat row N-1."""
+    N = raw.shape[0]
+    nb = raw.shape[1] // BB
+    for g in prange(out.shape[0]):
+        for r in range(G):
+            n = min(G * g + r, N - 1)
+            row = raw[n]
+            for b in range(nb):
+                o = b * BB
+                q = b * GB
+                out[g, q + 2 * r] = row[o]
+                out[g, q + 2 * r + 1] = row[o + 1]
+                if M_RAW >= 0:
+                    out[g, q + 16 + 2 * r] = row[o + M_RAW]
+                    out[g, q + 17 + 2 * r] = row[o + M_RAW + 1]
+                if QH_RAW >= 0:
+                    qh = (np.uint32(row[o + QH_RAW]) | (np.uint32(row[o + QH_RAW + 1]) << 8)
+                          | (np.uint32(row[o + QH_RAW + 2]) << 16) | (np.uint32(row[o + QH_RAW + 3]) << 24))
+                    for j in range(4):
+                        lo = (qh >> np.uint32(4 * j)) & np.uint32(15)
+                        hi = (qh >> np.uint32(16 + 4 * j)) & np.uint32(15)
+                        out[g, q + QH + 4 * r + j] = np.uint8(lo | (hi << np.uint32(4)))
+                if Q8:
+                    for j in range(8):
+                        for k in range(4):
+                            out[g, q + QS + 32 * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k] ^ np.uint8(0x80)
+                else:
+                    for j in range(4):
+                        for k in range(4):
+                            out[g, q + QS + 32 * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k]
+
+
+@pjit
+def block_sums(qs, asum):
+    """asum (T, K/32) int32: sum of each activation block's quants."""
+    T, K = qs.shape
+    for t in prange(T):
+        for b in range(K // QK):
+            s = np.int32(0)
+            for j in range(QK):
+                s += np.int32(qs[t, QK * b + j])
+            asum[t, b] = s
+
+
+# ----------------------------------------------------------------------------------------- kernels
+
+@jit
+def _block_sumi(w, o, qa, oa, QH, QS, Q8, m0f):
+    """int32 lane r = sum of (stored unsigned quants) x activations over the block, for the 8 rows."""
+    acc = zero32()
+    if Q8:
+        for j in range(8):
+            acc = dpbusd(acc, load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j))
+    else:
+        for j in range(4):
+            v = load32(w, o + QS + 32 * j)
+            lo = and8(v, m0f)
+            hi = and8(srl16(v, 4), m0f)
+            if QH >= 0:
+                h = load32(w, o + QH)
+                lo = or8(lo, qh_lo(h, j))
+                hi = or8(hi, qh_hi(h, j))
+            acc = dpbusd(acc, lo, bcast4(qa, oa + 4 * j))
+            acc = dpbusd(acc, hi, bcast4(qa, oa + 16 + 4 * j))
+    return acc
+
+
+@jit
+def _combine(sumf, acc, SUB, asum_tb, MODE, w, o, HAS_M, dy, sy):
+    """One block's float update of the 8 rows (lanes), in the C order of the format."""
+    if SUB != 0:
+        acc = sub32(acc, splat32(SUB * asum_tb))
+    fs = cvt_f32(acc)
+    dx = load8_f16(w, o)
+    if MODE == 0:
+        return fadd(sumf, fmul(fmul(fs, dx), splatf(dy)))
+    if MODE == 1:
+        return fadd(sumf, fmul(fmul(dx, splatf(dy)), fs))
+    if MODE == 2:
+        return fadd(sumf, fmul(fs, fmul(dx, splatf(dy))))
+    mx = load8_f16(w, o + 16)
+    return fadd(sumf, fadd(fmul(fmul(dx, splatf(dy)), fs), fmul(mx, splatf(sy))))
+
+
+@jit
+def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
+    """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
+    int32 -> out (1, N)."""
+    N = out.shape[1]
+    gb = w.shape[1]
+    nb = qa.shape[1] // QK
+    m0f = splat8(15)
+    prefetch_span(w, (g + 1) * gb, gb)  # next group (see _simd.prefetch_span)
+    sumf = zerof()
+    for b in range(nb):
+        o = g * gb + b * GB
+        acc = _block_sumi(w, o, qa, QK * b, QH, QS, Q8, m0f)
+        sumf = _combine(sumf, acc, SUB, asum[0, b], MODE, w, o, HAS_M, yd[0, b], ys[0, b])
+    for r in range(G):
+        if G * g + r < N:
+            out[0, G * g + r] = lanef(sumf, r)
+
+
+ROW_TILE = 32  # rows (multiple of 8)
+TOK_TILE = 32
+
+
+@jit
+def n_tiles(N, T):
+    return ((N + ROW_TILE - 1) // ROW_TILE) * ((T + TOK_TILE - 1) // TOK_TILE)
+
+
+@jit
+def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
+    """One ROW_TILE x TOK_TILE tile: each (8-row group, block) is decoded once and used for every token of
+    the tile; per-(row, token) float sequence identical to gemv_group."""
+    N = out.shape[1]
+    T, K = qa.shape
+    gb = w.shape[1]
+    nb = K // QK
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    r0 = (tile // n_tt) * ROW_TILE
+    t0 = (tile % n_tt) * TOK_TILE
+    t1 = min(T, t0 + TOK_TILE)
+    g0 = r0 // G
+    n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
+    sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
+    m0f = splat8(15)
+    for b in range(nb):
+        for gi in range(n_groups):
+            o = (g0 + gi) * gb + b * GB
+            if Q8:
+                v0 = load32(w, o + QS)
+                v1 = load32(w, o + QS + 32)
+                v2 = load32(w, o + QS + 64)
+                v3 = load32(w, o + QS + 96)
+                v4 = load32(w, o + QS + 128)
+                v5 = load32(w, o + QS + 160)
+                v6 = load32(w, o + QS + 192)
+                v7 = load32(w, o + QS + 224)
+            else:
+                c0 = load32(w, o + QS)
+                c1 = load32(w, o + QS + 32)
+                c2 = load32(w, o + QS + 64)
+                c3 = load32(w, o + QS + 96)
+                v0 = and8(c0, m0f)
+                v4 = and8(srl16(c0, 4), m0f)
+                v1 = and8(c1, m0f)
+                v5 = and8(srl16(c1, 4), m0f)
+                v2 = and8(c2, m0f)
+                v6 = and8(srl16(c2, 4), m0f)
+                v3 = and8(c3, m0f)
+                v7 = and8(srl16(c3, 4), m0f)
+                if QH >= 0:
+                    h = load32(w, o + QH)
+                    v0 = or8(v0, qh_lo(h, 0))
+                    v1 = or8(v1, qh_lo(h, 1))
+                    v2 = or8(v2, qh_lo(h, 2))
+                    v3 = or8(v3, qh_lo(h, 3))
+                    v4 = or8(v4, qh_hi(h, 0))
+                    v5 = or8(v5, qh_hi(h, 1))
+                    v6 = or8(v6, qh_hi(h, 2))
+                    v7 = or8(v7, qh_hi(h, 3))
+            for t in range(t0, t1):
+                oa = t * K + QK * b
+                # Q8_0: v_j = elements 4j..4j+3; 4-bit: v0..v3 = 4j..4j+3, v4..v7 = 16+4j..: same offsets
+                a0 = bcast4(qa, oa)
+                a1 = bcast4(qa, oa + 4)
+                a2 = bcast4(qa, oa + 8)
+                a3 = bcast4(qa, oa + 12)
+                a4 = bcast4(qa, oa + 16)
+                a5 = bcast4(qa, oa + 20)
+                a6 = bcast4(qa, oa + 24)
+                a7 = bcast4(qa, oa + 28)
+                acc = dpbusd(zero32(), v0, a0)
+                acc = dpbusd(acc, v1, a1)
+                acc = dpbusd(acc, v2, a2)
+                acc = dpbusd(acc, v3, a3)
+                acc = dpbusd(acc, v4, a4)
+                acc = dpbusd(acc, v5, a5)
+                acc = dpbusd(acc, v6, a6)
+                acc = dpbusd(acc, v7, a7)
+                so = 4 * G * (gi * TOK_TILE + t - t0)
+                s = _combine(load8xf32(sums, so), acc, SUB, asum[t, b], MODE, w, o, HAS_M, yd[t, b], ys[t, b])
+                store8xf32(sums, so, s)
+    for gi in range(n_groups):
+        for r in range(G):
+            n = r0 + G * gi + r
+            if n < N:
+                for t in range(t0, t1):
+                    out[t, n] = sums[gi, t - t0, r]
+
+
+def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8):
+    N, rb = raw.shape
+    out = np.empty(((N + G - 1) // G, rb // BB * GB), np.uint8)
+    repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out)
+    return (out,)
+
+
+def matmul_fast(gemv, gemm, SUB, packed, a, out):
+    """Dispatch for a format module's gemv / gemm kernels (signature (w, qa, yd, ys, asum, out))."""
+    T = a.qs.shape[0]
+    asum = np.zeros((T, a.qs.shape[1] // QK), np.int32)
+    if SUB:
+        block_sums(a.qs, asum)
+    ys = a.s if a.s is not None else a.d
+    (gemv if T == 1 else gemm)(packed[0], a.qs, a.d, ys, asum, out)

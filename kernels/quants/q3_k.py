@@ -1,0 +1,221 @@
+"""Q3_K: 256 weights per super-block, 16 sub-blocks of 16, 3-bit quants, 6-bit scales (block_q3_K).
+
+Super-block (110 bytes):
+    [0:32)    hmask  bit m of hmask[l]: weight 32m + l has its "high" bit set (then offset 0, else -4)
+    [32:96)   qs     low 2 bits, two halves of 32 bytes; in half h byte l = 66 44 22 00:
+                 w[128h + 32j + l] = d*(sc-32) * (((qs[32h+l] >> 2j) & 3) - (bit 4h+j of hmask[l] ? 0 : 4))
+    [96:108)  scales 12 bytes, sixteen 6-bit scales (offset 32):
+                 scale i low 4 bits  = byte i & 0xF (i < 8) | byte i-8 >> 4 (i >= 8)
+                 scale i high 2 bits = (byte 8 + i%4 >> 2*(i/4)) & 3
+    [108:110) d      fp16
+
+Dequantizer: dequantize_row_q3_K. Dot: ggml_vec_dot_q3_K_q8_K_generic (lanes as Q6_K, sumf = sum of sums).
+
+Fast path (AVX2), rows repacked to 114-byte blocks, element groups G = 0..7 of 32 in kquants.PERM order,
+quants stored unsigned (q+4 = low2 | hbit << 2):
+    [0:64)    2 x 32 bytes: byte p of vector u = low2(4u+3,p) 66 | low2(4u+2,p) 44 | low2(4u+1,p) 22 | low2(4u,p) 00
+    [64:96)   bit G of byte p = hbit(G, p)
+    [96:112)  the 16 scales minus 32, int8;  [112:114) d
+vpmaddubsw(q+4, a) - 4*(a+a') gives the signed pair sums (|.| <= 2*7*127).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import QK_K, GGMLType
+from . import kquants
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, fadd, fmul, lanef, load16x16, load32, maddubs, or8,
+                    pair16, prefetch_span, sll16, splat8, splatf, srl16, sub16, zero32,
+                    zerof)
+from .base import BlockFormat, register
+
+BLOCK_BYTES = 110
+
+
+@jit
+def _scale(row, o, i):
+    """6-bit scale i (0..15) minus 32, from the 12 bytes at row[o:o+12]."""
+    if i < 8:
+        lo = np.int32(row[o + i]) & np.int32(0xF)
+    else:
+        lo = np.int32(row[o + i - 8]) >> np.int32(4)
+    hi = (np.int32(row[o + 8 + i % 4]) >> np.int32(2 * (i // 4))) & np.int32(3)
+    return (lo | (hi << np.int32(4))) - np.int32(32)
+
+
+@jit
+def _q3(row, o, e):
+    """Signed 3-bit quant (-4..3) of element e of the super-block at byte offset o."""
+    h = e // 128
+    j = (e % 128) // 32
+    l = e % 32
+    lo = np.int32((row[o + 32 + 32 * h + l] >> (2 * j)) & 3)
+    if (row[o + l] >> (4 * h + j)) & 1:
+        return lo
+    return lo - np.int32(4)
+
+
+@pjit
+def dequantize_rows(raw, ids, out):
+    K = out.shape[1]
+    for i in prange(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK_K):
+            o = b * BLOCK_BYTES
+            d = f16_to_f32(read_u16(row, o + 108))
+            for sb in range(16):
+                dl = np.float32(d * np.float32(_scale(row, o + 96, sb)))
+                for l in range(16):
+                    e = 16 * sb + l
+                    out[i, b * QK_K + e] = np.float32(dl * np.float32(_q3(row, o, e)))
+
+
+@jit
+def _dot(row, qs, yd, aux32, sums):
+    nb = yd.shape[0]
+    sums[:] = 0
+    for b in range(nb):
+        o = b * BLOCK_BYTES
+        aux32[:] = 0
+        for sb in range(16):
+            sc = _scale(row, o + 96, sb)
+            for l in range(16):
+                e = 16 * sb + l
+                aux32[l % 8] += sc * (_q3(row, o, e) * np.int32(qs[b * QK_K + e]))
+        d = np.float32(f16_to_f32(read_u16(row, o + 108)) * yd[b])
+        for l in range(8):
+            sums[l] += np.float32(d * np.float32(aux32[l]))
+    sumf = np.float32(0.0)
+    for l in range(8):
+        sumf = sumf + sums[l]
+    return sumf
+
+
+@pjit
+def _gemm_scalar(raw, qs, yd, out):
+    N = raw.shape[0]
+    T = qs.shape[0]
+    for n in prange(N):
+        aux32 = np.empty(8, np.int32)
+        sums = np.empty(8, np.float32)
+        for t in range(T):
+            out[t, n] = _dot(raw[n], qs[t], yd[t], aux32, sums)
+
+
+def _pack_raw(raw, K):
+    return (raw,)
+
+
+def _mm_scalar(packed, a, out):
+    _gemm_scalar(packed[0], a.qs, a.d, out)
+
+
+# ----------------------------------------------------------------------------------------- fast path
+
+PACKED_BYTES = 114
+_PERM = kquants.PERM
+
+
+@pjit
+def _repack(raw, out):
+    N = raw.shape[0]
+    nb = out.shape[1] // PACKED_BYTES
+    for n in prange(N):
+        row = raw[n]
+        for b in range(nb):
+            o = b * BLOCK_BYTES
+            q = b * PACKED_BYTES
+            for p in range(32):
+                hb = 0
+                for u in range(2):
+                    lo = 0
+                    for j in range(4):
+                        G = 4 * u + j
+                        v = _q3(row, o, 32 * G + _PERM[p]) + 4
+                        lo |= (v & 3) << (2 * j)
+                        hb |= (v >> 2) << G
+                    out[n, q + 32 * u + p] = np.uint8(lo)
+                out[n, q + 64 + p] = np.uint8(hb)
+            for i in range(16):
+                out[n, q + 96 + i] = np.uint8(np.int8(_scale(row, o + 96, i)))
+            out[n, q + 112] = row[o + 108]
+            out[n, q + 113] = row[o + 109]
+
+
+@jit
+def _row_dot(w, n, qp, pc, yd, t):
+    nb = yd.shape[1]
+    K = nb * QK_K
+    rb = w.shape[1]
+    m03 = splat8(3)
+    m01 = splat8(1)
+    sums = zerof()
+    for b in range(nb):
+        o = n * rb + b * PACKED_BYTES
+        ob = b * PACKED_BYTES
+        oa = t * K + b * QK_K
+        oc = 2 * (t * (K // 2) + b * 128)
+        hb = load32(w, o + 64)
+        acc = zero32()
+        for G in range(8):
+            lo = and8(srl16(load32(w, o + 32 * (G // 4)), 2 * (G % 4)), m03)
+            q = or8(lo, sll16(and8(srl16(hb, G), m01), 2))
+            p16 = sub16(maddubs(q, load32(qp, oa + 32 * G)), load16x16(pc, oc + 32 * G))
+            acc = dpwssd(acc, p16, pair16(np.int8(w[n, ob + 96 + 2 * G]), np.int8(w[n, ob + 97 + 2 * G])))
+        d = np.float32(f16_to_f32(read_u16(w[n], ob + 112)) * yd[t, b])
+        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
+    sumf = np.float32(0.0)
+    for l in range(8):
+        sumf = sumf + lanef(sums, l)
+    return sumf
+
+
+ROW_TILE = 8
+TOK_TILE = 32
+
+
+@pjit
+def _gemm(w, qp, pc, yd, out):
+    """Tiles of rows x tokens, each output one _row_dot (the gemv's code, so rows are bit-identical)."""
+    N = w.shape[0]
+    T = qp.shape[0]
+    n_rt = (N + ROW_TILE - 1) // ROW_TILE
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    for tile in prange(n_rt * n_tt):
+        r0 = (tile // n_tt) * ROW_TILE
+        t0 = (tile % n_tt) * TOK_TILE
+        for n in range(r0, min(N, r0 + ROW_TILE)):
+            for t in range(t0, min(T, t0 + TOK_TILE)):
+                out[t, n] = _row_dot(w, n, qp, pc, yd, t)
+
+
+@pjit
+def _gemv(w, qp, pc, yd, out):
+    rb = w.shape[1]
+    for n in prange(w.shape[0]):
+        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
+        out[0, n] = _row_dot(w, n, qp, pc, yd, 0)
+
+
+def _pack_fast(raw, K):
+    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    _repack(raw, out)
+    return (out,)
+
+
+def _mm_fast(packed, a, out):
+    k = kquants.prepare(a, 4)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], k.qp, k.pcorr, k.d, out)
+
+
+if HAS_AVX2:
+    FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
+                                  _mm_fast, _mm_fast))
+else:
+    FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
+                                  _mm_scalar, _mm_scalar))
+SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine

@@ -1,0 +1,101 @@
+"""Q4_0: 32 weights per block, 4-bit quants with offset 8 and one fp16 scale (ggml-common.h block_q4_0).
+
+Block (18 bytes):
+    [0:2)   d   fp16
+    [2:18)  qs  16 bytes: byte j = hhhh llll
+                 w[j]      = (llll - 8) * d      j in 0..15
+                 w[j + 16] = (hhhh - 8) * d
+
+Dequantizer: ggml-quants.c dequantize_row_q4_0. Dot: ggml_vec_dot_q4_0_q8_0_generic:
+    sumf += sumi * dx * dy   (i.e. (sumi*dx)*dy) per block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import GGMLType
+from ._bits import f16_to_f32, read_u16
+from . import q32
+from ._simd import HAS_AVX2
+from .base import BlockFormat, register
+
+QK = 32
+BLOCK_BYTES = 18
+
+
+@pjit
+def dequantize_rows(raw, ids, out):
+    K = out.shape[1]
+    for i in prange(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK):
+            o = b * BLOCK_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            for j in range(QK // 2):
+                q = row[o + 2 + j]
+                out[i, b * QK + j] = np.float32(np.int32(q & 0xF) - 8) * d
+                out[i, b * QK + j + 16] = np.float32(np.int32(q >> 4) - 8) * d
+
+
+@jit
+def _dot(row, qs, yd):
+    sumf = np.float32(0.0)
+    for b in range(yd.shape[0]):
+        o = b * BLOCK_BYTES
+        sumi = np.int32(0)
+        for j in range(QK // 2):
+            q = row[o + 2 + j]
+            sumi = np.int32(sumi + (np.int32(q & 0xF) - np.int32(8)) * np.int32(qs[b * QK + j]))
+            sumi = np.int32(sumi + (np.int32(q >> 4) - np.int32(8)) * np.int32(qs[b * QK + j + 16]))
+        dx = f16_to_f32(read_u16(row, o))
+        sumf = sumf + np.float32(np.float32(sumi) * dx) * yd[b]
+    return sumf
+
+
+@pjit
+def _gemm_scalar(raw, qs, yd, out):
+    N = raw.shape[0]
+    T = qs.shape[0]
+    for n in prange(N):
+        for t in range(T):
+            out[t, n] = _dot(raw[n], qs[t], yd[t])
+
+
+def _pack_raw(raw, K):
+    return (raw,)
+
+
+def _mm_scalar(packed, a, out):
+    _gemm_scalar(packed[0], a.qs, a.d, out)
+
+
+# fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
+# GB=144 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=8, MODE=0, Q8=False
+
+
+def _pack_fast(raw, K):
+    return q32.pack(raw, 18, 2, -1, -1, 144, -1, 16, False)
+
+
+@pjit
+def _gemv(w, qa, yd, ys, asum, out):
+    for g in prange(w.shape[0]):
+        q32.gemv_group(w, g, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out)
+
+
+@pjit
+def _gemm(w, qa, yd, ys, asum, out):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+        q32.gemm_tile(w, tile, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out)
+
+
+def _mm_fast(packed, a, out):
+    q32.matmul_fast(_gemv, _gemm, 8, packed, a, out)
+
+
+_mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
+FORMAT = register(BlockFormat(GGMLType.Q4_0, QK, BLOCK_BYTES, GGMLType.Q8_0, dequantize_rows, _pack, _mm, _mm))
+SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine

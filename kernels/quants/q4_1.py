@@ -1,0 +1,103 @@
+"""Q4_1: 32 weights per block, 4-bit quants, fp16 scale and fp16 minimum (ggml-common.h block_q4_1).
+
+Block (20 bytes):
+    [0:2)   d   fp16
+    [2:4)   m   fp16
+    [4:20)  qs  16 bytes: byte j = hhhh llll
+                 w[j] = llll * d + m,  w[j + 16] = hhhh * d + m
+
+Dequantizer: dequantize_row_q4_1. Dot: ggml_vec_dot_q4_1_q8_1_generic (activations Q8_1, s = d*sum(q)):
+    sumf += (dx*dy)*sumi + mx*sy   per block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import GGMLType
+from ._bits import f16_to_f32, read_u16
+from . import q32
+from ._simd import HAS_AVX2
+from .base import BlockFormat, register
+
+QK = 32
+BLOCK_BYTES = 20
+
+
+@pjit
+def dequantize_rows(raw, ids, out):
+    K = out.shape[1]
+    for i in prange(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK):
+            o = b * BLOCK_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            m = f16_to_f32(read_u16(row, o + 2))
+            for j in range(QK // 2):
+                q = row[o + 4 + j]
+                out[i, b * QK + j] = np.float32(np.float32(q & 0xF) * d) + m
+                out[i, b * QK + j + 16] = np.float32(np.float32(q >> 4) * d) + m
+
+
+@jit
+def _dot(row, qs, yd, ys):
+    sumf = np.float32(0.0)
+    for b in range(yd.shape[0]):
+        o = b * BLOCK_BYTES
+        sumi = np.int32(0)
+        for j in range(QK // 2):
+            q = row[o + 4 + j]
+            sumi = np.int32(sumi + np.int32(q & 0xF) * np.int32(qs[b * QK + j]))
+            sumi = np.int32(sumi + np.int32(q >> 4) * np.int32(qs[b * QK + j + 16]))
+        dx = f16_to_f32(read_u16(row, o))
+        mx = f16_to_f32(read_u16(row, o + 2))
+        sumf = sumf + (np.float32(np.float32(dx * yd[b]) * np.float32(sumi)) + np.float32(mx * ys[b]))
+    return sumf
+
+
+@pjit
+def _gemm_scalar(raw, qs, yd, ys, out):
+    N = raw.shape[0]
+    T = qs.shape[0]
+    for n in prange(N):
+        for t in range(T):
+            out[t, n] = _dot(raw[n], qs[t], yd[t], ys[t])
+
+
+def _pack_raw(raw, K):
+    return (raw,)
+
+
+def _mm_scalar(packed, a, out):
+    _gemm_scalar(packed[0], a.qs, a.d, a.s, out)
+
+
+# fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
+# GB=160 bytes per group-block, QH=-1, QS=32, HAS_M=True, SUB=0, MODE=3, Q8=False
+
+
+def _pack_fast(raw, K):
+    return q32.pack(raw, 20, 4, -1, 2, 160, -1, 32, False)
+
+
+@pjit
+def _gemv(w, qa, yd, ys, asum, out):
+    for g in prange(w.shape[0]):
+        q32.gemv_group(w, g, 160, -1, 32, True, 0, 3, False, qa, yd, ys, asum, out)
+
+
+@pjit
+def _gemm(w, qa, yd, ys, asum, out):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+        q32.gemm_tile(w, tile, 160, -1, 32, True, 0, 3, False, qa, yd, ys, asum, out)
+
+
+def _mm_fast(packed, a, out):
+    q32.matmul_fast(_gemv, _gemm, 0, packed, a, out)
+
+
+_mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
+FORMAT = register(BlockFormat(GGMLType.Q4_1, QK, BLOCK_BYTES, GGMLType.Q8_1, dequantize_rows, _pack, _mm, _mm))
+SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine

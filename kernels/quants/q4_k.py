@@ -1,0 +1,298 @@
+"""Q4_K: 256 weights per super-block, 8 sub-blocks of 32 with 6-bit scales and mins (block_q4_K).
+
+Super-block (144 bytes):
+    [0:2)     d      fp16 super-scale of the scales
+    [2:4)     dmin   fp16 super-scale of the mins
+    [4:16)    scales 12 bytes, eight 6-bit (scale, min) pairs (get_scale_min_k4):
+                 byte 0..3 : mmSSSSSS  sub-block j<4: S = scale j, mm = high bits of scale j+4
+                 byte 4..7 : mmMMMMMM  sub-block j<4: M = min j,   mm = high bits of min j+4
+                 byte 8..11: MMMMSSSS  low 4 bits of min (hi) / scale (lo) of sub-block j+4
+    [16:144)  qs     128 bytes in 4 chunks of 32: byte 32c+l = hhhh llll
+                 w[64c + l]      = d*scale(2c)  * llll - dmin*min(2c)
+                 w[64c + 32 + l] = d*scale(2c+1)* hhhh - dmin*min(2c+1)
+
+Dequantizer: dequantize_row_q4_K. Dot: ggml_vec_dot_q4_K_q8_K_generic (activations Q8_K):
+    aux32[l] (l = element index mod 8) += scale * q8*q;  sums[l] += (dx*dy) * aux32[l];
+    sumf -= (dminx*dy) * sum_j bsums[j]*min[j/2];  finally sumf += sums[0..7] in order.
+
+Fast path (AVX2): rows repacked at load time to 148-byte blocks
+    [0:128)   qs permuted per 32-byte chunk by kquants.PERM (low nibbles: sub-block 2c, high: 2c+1)
+    [128:136) the 8 scales, [136:144) the 8 mins (6-bit values as bytes), [144:146) d, [146:148) dmin
+and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., scale) -> int32 lane l =
+aux32[l] contribution (see kquants.py). Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
+|aux32| <= 8*63*4*15*127 < 2^24.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import QK_K, GGMLType
+from . import kquants
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, fadd, fmul, fsub, hsum32, lanef, load32,
+                    load8_i16_as_i32, load8_u8_as_i32, load8x32, load8xf32, maddubs,
+                    mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
+                    store8xf32, zero32, zerof)
+from .base import BlockFormat, register
+
+BLOCK_BYTES = 144
+
+
+@jit
+def scale_min_k4(row, o, j):
+    """get_scale_min_k4: (scale, min) of sub-block j from the 12 scale bytes at row[o:o+12]."""
+    if j < 4:
+        return np.int32(row[o + j] & 63), np.int32(row[o + j + 4] & 63)
+    sc = (row[o + j + 4] & 0xF) | ((row[o + j - 4] >> 6) << 4)
+    mn = (row[o + j + 4] >> 4) | ((row[o + j] >> 6) << 4)
+    return np.int32(sc), np.int32(mn)
+
+
+@pjit
+def dequantize_rows(raw, ids, out):
+    K = out.shape[1]
+    for i in prange(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK_K):
+            o = b * BLOCK_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            dmin = f16_to_f32(read_u16(row, o + 2))
+            for sb in range(8):
+                sc, mn = scale_min_k4(row, o + 4, sb)
+                d1 = np.float32(d * np.float32(sc))
+                m1 = np.float32(dmin * np.float32(mn))
+                q0 = o + 16 + 32 * (sb // 2)
+                shift = 4 * (sb % 2)
+                for l in range(32):
+                    q = np.float32((row[q0 + l] >> shift) & 0xF)
+                    out[i, b * QK_K + 32 * sb + l] = np.float32(d1 * q) - m1
+
+
+@jit
+def _dot(row, qs, yd, bsums, aux32, sums):
+    nb = yd.shape[0]
+    sumf = np.float32(0.0)
+    sums[:] = 0
+    for b in range(nb):
+        o = b * BLOCK_BYTES
+        aux32[:] = 0
+        sumi = np.int32(0)
+        for sb in range(8):
+            sc, mn = scale_min_k4(row, o + 4, sb)
+            sumi = np.int32(sumi + mn * (np.int32(bsums[16 * b + 2 * sb]) + np.int32(bsums[16 * b + 2 * sb + 1])))
+            q0 = o + 16 + 32 * (sb // 2)
+            shift = 4 * (sb % 2)
+            for l in range(32):
+                w = np.int32((row[q0 + l] >> shift) & 0xF)
+                aux32[l % 8] += sc * (w * np.int32(qs[b * QK_K + 32 * sb + l]))
+        d = np.float32(f16_to_f32(read_u16(row, o)) * yd[b])
+        for l in range(8):
+            sums[l] += np.float32(d * np.float32(aux32[l]))
+        dmin = np.float32(f16_to_f32(read_u16(row, o + 2)) * yd[b])
+        sumf = sumf - np.float32(dmin * np.float32(sumi))
+    for l in range(8):
+        sumf = sumf + sums[l]
+    return sumf
+
+
+@pjit
+def _gemm_scalar(raw, qs, yd, bsums, out):
+    N = raw.shape[0]
+    T = qs.shape[0]
+    for n in prange(N):
+        aux32 = np.empty(8, np.int32)
+        sums = np.empty(8, np.float32)
+        for t in range(T):
+            out[t, n] = _dot(raw[n], qs[t], yd[t], bsums[t], aux32, sums)
+
+
+def _mm_scalar(packed, a, out):
+    _gemm_scalar(packed[0], a.qs, a.d, a.bsums, out)
+
+
+# ----------------------------------------------------------------------------------------- fast path
+
+PACKED_BYTES = 148
+_PERM = kquants.PERM
+
+
+@pjit
+def _repack(raw, out):
+    """raw (N, nb*144) -> out (N, nb*148), layout in the module docstring."""
+    N = raw.shape[0]
+    nb = out.shape[1] // PACKED_BYTES
+    for n in prange(N):
+        row = raw[n]
+        for b in range(nb):
+            o = b * BLOCK_BYTES
+            q = b * PACKED_BYTES
+            for c in range(4):
+                for p in range(32):
+                    out[n, q + 32 * c + p] = row[o + 16 + 32 * c + _PERM[p]]
+            for sb in range(8):
+                sc, mn = scale_min_k4(row, o + 4, sb)
+                out[n, q + 128 + sb] = sc
+                out[n, q + 136 + sb] = mn
+            for i in range(4):
+                out[n, q + 144 + i] = row[o + i]
+
+
+@jit
+def _row_dot(w, n, qp, t, yd, bs32):
+    """One repacked row . one permuted activation row (ggml_vec_dot_q4_K_q8_K_generic float order)."""
+    nb = yd.shape[1]
+    K = nb * QK_K
+    rb = w.shape[1]
+    m0f = splat8(15)
+    sums = zerof()
+    sumf = np.float32(0.0)
+    for b in range(nb):
+        o = n * rb + b * PACKED_BYTES
+        oa = t * K + b * QK_K
+        acc = zero32()
+        for c in range(4):
+            q = load32(w, o + 32 * c)
+            lo = and8(q, m0f)
+            hi = and8(srl16(q, 4), m0f)
+            acc = dpwssd(acc, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, b * PACKED_BYTES + 128 + 2 * c]))
+            acc = dpwssd(acc, maddubs(hi, load32(qp, oa + 64 * c + 32)),
+                         splat16(w[n, b * PACKED_BYTES + 129 + 2 * c]))
+        dy = yd[t, b]
+        d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)) * dy)
+        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
+        sumi = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+        dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)) * dy)
+        sumf = sumf - np.float32(dmin * np.float32(sumi))
+    for l in range(8):
+        sumf = sumf + lanef(sums, l)
+    return sumf
+
+
+@pjit
+def _gemv(w, qp, yd, bs32, out):
+    rb = w.shape[1]
+    for n in prange(w.shape[0]):
+        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
+        out[0, n] = _row_dot(w, n, qp, 0, yd, bs32)
+
+
+ROW_TILE = 16
+TOK_TILE = 32
+
+
+@pjit
+def _gemm(w, qp, yd, bs32, out):
+    """Tiles of ROW_TILE rows x TOK_TILE tokens; inside a tile, block by block: each (row, block) is unpacked
+    once and used for every token of the tile, whose activations for that block stay in L1. The min term
+    (sumi = sum_j mins[j] * bsums) and its float update are done 8 tokens at a time (lanes = tokens, each
+    lane the C sequence sumf -= (dmin_x * d_y) * sumi)."""
+    N = w.shape[0]
+    T, K = qp.shape
+    nb = K // QK_K
+    rb = w.shape[1]
+    n_rt = (N + ROW_TILE - 1) // ROW_TILE
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    for tile in prange(n_rt * n_tt):
+        r0 = (tile // n_tt) * ROW_TILE
+        r1 = min(N, r0 + ROW_TILE)
+        t0 = (tile % n_tt) * TOK_TILE
+        t1 = min(T, t0 + TOK_TILE)
+        sums = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        sumf = np.zeros((ROW_TILE, TOK_TILE), np.float32)
+        # token-major copies for the vectorised min term (padding tokens: zeros)
+        bsT = np.zeros((nb, 8, TOK_TILE), np.int32)
+        ydT = np.zeros((nb, TOK_TILE), np.float32)
+        for t in range(t0, t1):
+            for b in range(nb):
+                ydT[b, t - t0] = yd[t, b]
+                for j in range(8):
+                    bsT[b, j, t - t0] = bs32[t, 8 * b + j]
+        n_tc = (t1 - t0 + 7) // 8
+        m0f = splat8(15)
+        for b in range(nb):
+            for n in range(r0, r1):
+                o = n * rb + b * PACKED_BYTES
+                ob = b * PACKED_BYTES
+                q0 = load32(w, o)
+                q1 = load32(w, o + 32)
+                q2 = load32(w, o + 64)
+                q3 = load32(w, o + 96)
+                l0 = and8(q0, m0f)
+                h0 = and8(srl16(q0, 4), m0f)
+                l1 = and8(q1, m0f)
+                h1 = and8(srl16(q1, 4), m0f)
+                l2 = and8(q2, m0f)
+                h2 = and8(srl16(q2, 4), m0f)
+                l3 = and8(q3, m0f)
+                h3 = and8(srl16(q3, 4), m0f)
+                s0 = splat16(w[n, ob + 128])
+                s1 = splat16(w[n, ob + 129])
+                s2 = splat16(w[n, ob + 130])
+                s3 = splat16(w[n, ob + 131])
+                s4 = splat16(w[n, ob + 132])
+                s5 = splat16(w[n, ob + 133])
+                s6 = splat16(w[n, ob + 134])
+                s7 = splat16(w[n, ob + 135])
+                dx = f16_to_f32(read_u16(w[n], ob + 144))
+                dmx = f16_to_f32(read_u16(w[n], ob + 146))
+                r = n - r0
+                for t in range(t0, t1):
+                    oa = t * K + b * QK_K
+                    acc = dpwssd(zero32(), maddubs(l0, load32(qp, oa)), s0)
+                    acc = dpwssd(acc, maddubs(h0, load32(qp, oa + 32)), s1)
+                    acc = dpwssd(acc, maddubs(l1, load32(qp, oa + 64)), s2)
+                    acc = dpwssd(acc, maddubs(h1, load32(qp, oa + 96)), s3)
+                    acc = dpwssd(acc, maddubs(l2, load32(qp, oa + 128)), s4)
+                    acc = dpwssd(acc, maddubs(h2, load32(qp, oa + 160)), s5)
+                    acc = dpwssd(acc, maddubs(l3, load32(qp, oa + 192)), s6)
+                    acc = dpwssd(acc, maddubs(h3, load32(qp, oa + 224)), s7)
+                    d = np.float32(dx * yd[t, b])
+                    so = 32 * (r * TOK_TILE + t - t0)
+                    store8xf32(sums, so, fadd(load8xf32(sums, so), fmul(splatf(d), cvt_f32(acc))))
+                for tc in range(n_tc):
+                    ob8 = 4 * (8 * tc)
+                    sumi = mul32(splat32(w[n, ob + 136]), load8x32(bsT, 4 * (b * 8 * TOK_TILE) + ob8))
+                    for j in range(1, 8):
+                        sumi = add32(sumi, mul32(splat32(w[n, ob + 136 + j]),
+                                                 load8x32(bsT, 4 * ((b * 8 + j) * TOK_TILE) + ob8)))
+                    dmin = fmul(splatf(dmx), load8xf32(ydT, 4 * (b * TOK_TILE) + ob8))
+                    sf = 4 * (r * TOK_TILE) + ob8
+                    store8xf32(sumf, sf, fsub(load8xf32(sumf, sf), fmul(dmin, cvt_f32(sumi))))
+        for n in range(r0, r1):
+            for t in range(t0, t1):
+                s = sumf[n - r0, t - t0]
+                for l in range(8):
+                    s = s + sums[n - r0, t - t0, l]
+                out[t, n] = s
+
+
+def _pack_fast(raw, K):
+    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    _repack(raw, out)
+    return (out,)
+
+
+def _gemv_fast(packed, a, out):
+    k = kquants.prepare(a, 0)
+    _gemv(packed[0], k.qp, k.d, k.bs32, out)
+
+
+def _gemm_fast(packed, a, out):
+    k = kquants.prepare(a, 0)
+    _gemm(packed[0], k.qp, k.d, k.bs32, out)
+
+
+def _pack_raw(raw, K):
+    return (raw,)
+
+
+if HAS_AVX2:
+    FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
+                                  _gemv_fast, _gemm_fast))
+else:
+    FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
+                                  _mm_scalar, _mm_scalar))
+SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine

@@ -1,0 +1,208 @@
+"""Q5_K: 256 weights per super-block, 8 sub-blocks of 32, 5-bit quants, 6-bit scales and mins (block_q5_K).
+
+Super-block (176 bytes):
+    [0:2)     d      fp16
+    [2:4)     dmin   fp16
+    [4:16)    scales 12 bytes, packed exactly as Q4_K (see q4_k.py)
+    [16:48)   qh     32 bytes: bit s of qh[l] = 5th bit of weight 32s + l (sub-block s)
+    [48:176)  qs     128 bytes in 4 chunks of 32: byte 32c+l = hhhh llll
+                 w[64c + l]      = d*scale(2c)  * (llll | bit 2c   of qh[l] << 4) - dmin*min(2c)
+                 w[64c + 32 + l] = d*scale(2c+1)* (hhhh | bit 2c+1 of qh[l] << 4) - dmin*min(2c+1)
+
+Dequantizer: dequantize_row_q5_K. Dot: ggml_vec_dot_q5_K_q8_K_generic (same float order as Q4_K).
+
+Fast path (AVX2), rows repacked to 180-byte blocks: [0:128) quants' low 4 bits as Q4_K's repack (kquants.PERM
+order), [128:160) qh permuted the same way (bit s of byte p = fifth bit of sub-block s), [160:168) scales,
+[168:176) mins, [176:178) d, [178:180) dmin. Pair sums <= 2*31*127, no saturation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import jit, pjit
+from ..ggml_type import QK_K, GGMLType
+from . import kquants
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, fadd, fmul, hsum32, lanef, load32, load8_i16_as_i32,
+                    load8_u8_as_i32, maddubs, mul32, or8, prefetch_span, sll16, splat16,
+                    splat8, splatf, srl16, zero32, zerof)
+from .base import BlockFormat, register
+from .q4_k import scale_min_k4
+
+BLOCK_BYTES = 176
+
+
+@pjit
+def dequantize_rows(raw, ids, out):
+    K = out.shape[1]
+    for i in prange(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK_K):
+            o = b * BLOCK_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            dmin = f16_to_f32(read_u16(row, o + 2))
+            for sb in range(8):
+                sc, mn = scale_min_k4(row, o + 4, sb)
+                d1 = np.float32(d * np.float32(sc))
+                m1 = np.float32(dmin * np.float32(mn))
+                q0 = o + 48 + 32 * (sb // 2)
+                shift = 4 * (sb % 2)
+                for l in range(32):
+                    hb = ((row[o + 16 + l] >> sb) & 1) << 4
+                    q = np.float32(((row[q0 + l] >> shift) & 0xF) | hb)
+                    out[i, b * QK_K + 32 * sb + l] = np.float32(d1 * q) - m1
+
+
+@jit
+def _dot(row, qs, yd, bsums, aux32, sums):
+    nb = yd.shape[0]
+    sumf = np.float32(0.0)
+    sums[:] = 0
+    for b in range(nb):
+        o = b * BLOCK_BYTES
+        aux32[:] = 0
+        sumi = np.int32(0)
+        for sb in range(8):
+            sc, mn = scale_min_k4(row, o + 4, sb)
+            sumi = np.int32(sumi + mn * (np.int32(bsums[16 * b + 2 * sb]) + np.int32(bsums[16 * b + 2 * sb + 1])))
+            q0 = o + 48 + 32 * (sb // 2)
+            shift = 4 * (sb % 2)
+            for l in range(32):
+                hb = ((row[o + 16 + l] >> sb) & 1) << 4
+                w = np.int32(((row[q0 + l] >> shift) & 0xF) | hb)
+                aux32[l % 8] += sc * (w * np.int32(qs[b * QK_K + 32 * sb + l]))
+        d = np.float32(f16_to_f32(read_u16(row, o)) * yd[b])
+        for l in range(8):
+            sums[l] += np.float32(d * np.float32(aux32[l]))
+        dmin = np.float32(f16_to_f32(read_u16(row, o + 2)) * yd[b])
+        sumf = sumf - np.float32(dmin * np.float32(sumi))
+    for l in range(8):
+        sumf = sumf + sums[l]
+    return sumf
+
+
+@pjit
+def _gemm_scalar(raw, qs, yd, bsums, out):
+    N = raw.shape[0]
+    T = qs.shape[0]
+    for n in prange(N):
+        aux32 = np.empty(8, np.int32)
+        sums = np.empty(8, np.float32)
+        for t in range(T):
+            out[t, n] = _dot(raw[n], qs[t], yd[t], bsums[t], aux32, sums)
+
+
+def _pack_raw(raw, K):
+    return (raw,)
+
+
+def _mm_scalar(packed, a, out):
+    _gemm_scalar(packed[0], a.qs, a.d, a.bsums, out)
+
+
+# ----------------------------------------------------------------------------------------- fast path
+
+PACKED_BYTES = 180
+_PERM = kquants.PERM
+
+
+@pjit
+def _repack(raw, out):
+    N = raw.shape[0]
+    nb = out.shape[1] // PACKED_BYTES
+    for n in prange(N):
+        row = raw[n]
+        for b in range(nb):
+            o = b * BLOCK_BYTES
+            q = b * PACKED_BYTES
+            for p in range(32):
+                for c in range(4):
+                    out[n, q + 32 * c + p] = row[o + 48 + 32 * c + _PERM[p]]
+                out[n, q + 128 + p] = row[o + 16 + _PERM[p]]
+            for sb in range(8):
+                sc, mn = scale_min_k4(row, o + 4, sb)
+                out[n, q + 160 + sb] = sc
+                out[n, q + 168 + sb] = mn
+            for i in range(4):
+                out[n, q + 176 + i] = row[o + i]
+
+
+@jit
+def _row_dot(w, n, qp, yd, bs32, t):
+    nb = yd.shape[1]
+    K = nb * QK_K
+    rb = w.shape[1]
+    m0f = splat8(15)
+    m01 = splat8(1)
+    sums = zerof()
+    sumf = np.float32(0.0)
+    for b in range(nb):
+        o = n * rb + b * PACKED_BYTES
+        ob = b * PACKED_BYTES
+        oa = t * K + b * QK_K
+        hb = load32(w, o + 128)
+        acc = zero32()
+        for c in range(4):
+            q = load32(w, o + 32 * c)
+            lo = or8(and8(q, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4))
+            hi = or8(and8(srl16(q, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4))
+            acc = dpwssd(acc, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
+            acc = dpwssd(acc, maddubs(hi, load32(qp, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
+        dy = yd[t, b]
+        d = np.float32(f16_to_f32(read_u16(w[n], ob + 176)) * dy)
+        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
+        sumi = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+        dmin = np.float32(f16_to_f32(read_u16(w[n], ob + 178)) * dy)
+        sumf = sumf - np.float32(dmin * np.float32(sumi))
+    for l in range(8):
+        sumf = sumf + lanef(sums, l)
+    return sumf
+
+
+ROW_TILE = 8
+TOK_TILE = 32
+
+
+@pjit
+def _gemm(w, qp, yd, bs32, out):
+    """Tiles of rows x tokens, each output one _row_dot (the gemv's code, so rows are bit-identical)."""
+    N = w.shape[0]
+    T = qp.shape[0]
+    n_rt = (N + ROW_TILE - 1) // ROW_TILE
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    for tile in prange(n_rt * n_tt):
+        r0 = (tile // n_tt) * ROW_TILE
+        t0 = (tile % n_tt) * TOK_TILE
+        for n in range(r0, min(N, r0 + ROW_TILE)):
+            for t in range(t0, min(T, t0 + TOK_TILE)):
+                out[t, n] = _row_dot(w, n, qp, yd, bs32, t)
+
+
+@pjit
+def _gemv(w, qp, yd, bs32, out):
+    rb = w.shape[1]
+    for n in prange(w.shape[0]):
+        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
+        out[0, n] = _row_dot(w, n, qp, yd, bs32, 0)
+
+
+def _pack_fast(raw, K):
+    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    _repack(raw, out)
+    return (out,)
+
+
+def _mm_fast(packed, a, out):
+    k = kquants.prepare(a, 0)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], k.qp, k.d, k.bs32, out)
+
+
+if HAS_AVX2:
+    FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
+                                  _mm_fast, _mm_fast))
+else:
+    FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
+                                  _mm_scalar, _mm_scalar))
+SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine

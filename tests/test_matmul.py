@@ -1,0 +1,220 @@
+"""kernels.matmul: gemv/gemm against the slow generic-order reference (bit for bit), gemm == gemv rows,
+thread-count independence, agreement with float64 dequantize(W) @ x within the activation-quantization error,
+get_rows, and bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import quant_reference as R
+from kernels.dequant import dequantize
+from kernels.ggml_type import GGMLType as G
+from kernels.matmul import UnsupportedTypeError, Weight, matmul
+from synapse_cli.errors import ModelError
+from synapse_cli.gguf import GGUFReader
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+TINY = FIXTURES / "tiny" / "models"
+TYPES = [G.F32, G.F16, G.BF16, G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K]
+# a fixture file holding each type (first tensor of that type is used)
+FIXTURE_FILE = {G.F32: "tiny-llama-F32.gguf", G.F16: "tiny-llama-F16.gguf", G.BF16: "tiny-llama-BF16.gguf",
+                G.Q4_0: "tiny-llama-Q4_0.gguf", G.Q4_1: "tiny-llama-Q4_1.gguf", G.Q5_0: "tiny-llama-Q5_0.gguf",
+                G.Q5_1: "tiny-llama-Q5_1.gguf", G.Q8_0: "tiny-llama-Q8_0.gguf", G.Q4_K: "tiny-llama-Q4_K_M.gguf",
+                G.Q6_K: "tiny-llama-Q6_K.gguf"}
+ids = [t.name for t in TYPES]
+
+
+def _weight(t, N, K, seed):
+    raw = R.random_weight_bytes(t, N, K, np.random.default_rng(seed))
+    return raw, Weight(t, raw.reshape(-1), K, N, name=f"test.{t.name}")
+
+
+def _x(T, K, seed):
+    return np.random.default_rng(seed).standard_normal((T, K)).astype(np.float32)
+
+
+def _run(w, x):
+    out = np.full((x.shape[0], w.ne1), np.nan, np.float32)
+    matmul(w, x, out)
+    return out
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_matches_generic_reference_bitwise(t):
+    K, N, T = 512, 13, 5
+    raw, w = _weight(t, N, K, 100 + int(t))
+    x = _x(T, K, 200 + int(t))
+    ref = R.matmul(t, raw, x)
+    gemm = _run(w, x)
+    assert np.array_equal(gemm, ref), f"max diff {np.abs(gemm - ref).max()}"
+    for i in range(T):  # gemv path (T == 1) gives the same rows bit for bit
+        assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i])
+
+
+@pytest.mark.parametrize("t", list(FIXTURE_FILE), ids=[t.name for t in FIXTURE_FILE])
+def test_fixture_tensor_matches_reference(t):
+    path = TINY / FIXTURE_FILE[t]
+    if not path.exists():
+        pytest.skip("fixtures missing")
+    tensor = next(ti for ti in GGUFReader(path).tensors if ti.ggml_type == t and len(ti.ne) == 2)
+    rows = tensor.rows()[:12]
+    K = tensor.ne[0]
+    w = Weight(t, np.ascontiguousarray(rows).reshape(-1), K, rows.shape[0], name=tensor.name)
+    x = _x(3, K, 5) * 0.5
+    assert np.array_equal(_run(w, x), R.matmul(t, rows, x))
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_gemm_rows_equal_gemv_larger_shapes(t):
+    """Shapes that exercise row/token tiling edges of the fast kernels (N, T not multiples of tiles)."""
+    K = 1024 if t not in (G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K) else 768
+    N, T = 67, 19
+    _, w = _weight(t, N, K, 300 + int(t))
+    x = _x(T, K, 400 + int(t))
+    gemm = _run(w, x)
+    for i in (0, 1, 7, T - 1):
+        assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_close_to_float64_dequantized_product(t):
+    """|y - W x| <= sum_k |W_nk| |x_k - xq_k| (+ the fp16 rounding of Q8_1's s) + float slack."""
+    K, N = 1024, 16
+    raw, w = _weight(t, N, K, 500 + int(t))
+    x = _x(1, K, 600 + int(t))[0]
+    W = dequantize(t, raw.reshape(-1), N * K).reshape(N, K).astype(np.float64)
+    y = _run(w, x[None, :])[0].astype(np.float64)
+    xq = R.act_values(t, x)
+    bound = np.abs(W) @ np.abs(x.astype(np.float64) - xq)
+    if R.VEC_DOT_KIND[t] == "Q8_1":  # m * s uses s = fp16(d * sum(q)), not d * sum(q)
+        d, s, q = R.q8_blocks(R.quantize_q8_1(x), "Q8_1")
+        s_err = np.abs(s.astype(np.float64) - d.astype(np.float64) * q.sum(axis=1))
+        _, m, _ = (R.unpack_q4_1 if t == G.Q4_1 else R.unpack_q5_1)(raw[0])
+        mins = np.stack([(R.unpack_q4_1 if t == G.Q4_1 else R.unpack_q5_1)(raw[n])[1] for n in range(N)])
+        bound += np.abs(mins.astype(np.float64)) @ s_err
+    scale = np.abs(W) @ np.abs(xq)
+    slack = 1e-5 * scale + 1e-30
+    err = np.abs(y - W @ x.astype(np.float64))
+    assert (err <= bound + slack).all(), f"err {err.max()} bound {(bound + slack).min()}"
+    # and the bound is tight enough to mean something: far below the size of the result terms
+    assert (bound + slack < 0.05 * scale).all()
+
+
+@pytest.mark.parametrize("t", TYPES[3:], ids=ids[3:])
+def test_portable_scalar_path_matches_reference(t):
+    """The scalar kernels used on CPUs without AVX2 (selected at import) agree with the reference too."""
+    from kernels.quants import FORMATS, readonly
+    from kernels.quants.activations import quantize_activations
+    import importlib
+    mod = importlib.import_module(FORMATS[int(t)].dequantize_rows.__module__)
+    pack, mm = mod.SCALAR
+    K, N, T = 512, 5, 3
+    raw, _ = _weight(t, N, K, 800 + int(t))
+    x = _x(T, K, 900 + int(t))
+    out = np.empty((T, N), np.float32)
+    mm(pack(readonly(raw), K), quantize_activations(FORMATS[int(t)].vec_dot_type, x), out)
+    assert np.array_equal(out, R.matmul(t, raw, x))
+
+
+def test_dpbusd_with_and_without_vnni_is_exact():
+    """The vpdpbusd intrinsic and its non-VNNI emulation both give exact 4-byte-group sums, also at the
+    extremes where vpmaddubsw would saturate (255 * -128 * 2)."""
+    from kernels.config import jit
+    from kernels.quants import _simd as S
+    if not S.HAS_AVX2:
+        pytest.skip("no AVX2")
+
+    @jit
+    def both(u, s, out):
+        for i in range(u.shape[0] // 32):
+            a = S.dpbusd(S.splat32(7), S.load32(u, 32 * i), S.load32(s, 32 * i))
+            b = S.dpbusd_emulated(S.splat32(7), S.load32(u, 32 * i), S.load32(s, 32 * i))
+            S.store8xf32(out, 4 * (8 * i), S.cvt_f32(a))
+            S.store8xf32(out, 4 * (out.shape[1] + 8 * i), S.cvt_f32(b))
+
+    rng = np.random.default_rng(3)
+    u = rng.integers(0, 256, 256).astype(np.uint8)
+    s_ = rng.integers(-128, 128, 256).astype(np.int8)
+    u[:32], s_[:32] = 255, -128
+    out = np.zeros((2, 64), np.float32)  # lane sums < 2^24: exact as float32
+    both(u, s_, out)
+    expect = (u.astype(np.int64) * s_).reshape(64, 4).sum(axis=1) + 7
+    assert np.array_equal(out[0], expect.astype(np.float32))
+    assert np.array_equal(out[1], expect.astype(np.float32))
+
+
+def test_thread_count_does_not_change_results():
+    """1, 2 and 3 threads give bit-identical gemv and gemm for every type (subprocess: the thread pool size
+    is fixed when numba starts)."""
+    code = textwrap.dedent("""
+        import sys, numpy as np
+        sys.path.insert(0, "tests")
+        import quant_reference as R
+        from kernels import config
+        from kernels.matmul import Weight, matmul
+        from kernels.ggml_type import GGMLType as G
+        bad = []
+        for t in [G.F32, G.F16, G.BF16, G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K,
+                  G.Q5_K, G.Q6_K]:
+            K, N = 512, 41
+            raw = R.random_weight_bytes(t, N, K, np.random.default_rng(int(t)))
+            w = Weight(t, raw.reshape(-1), K, N, "w")
+            x = np.random.default_rng(1).standard_normal((7, K)).astype(np.float32)
+            res = []
+            for n in (1, 2, 3):
+                config.set_num_threads(n)
+                assert config.get_num_threads() == n
+                o1 = np.empty((1, N), np.float32); matmul(w, x[:1], o1)
+                o2 = np.empty((7, N), np.float32); matmul(w, x, o2)
+                res.append((o1, o2))
+            for o1, o2 in res[1:]:
+                if not (np.array_equal(o1, res[0][0]) and np.array_equal(o2, res[0][1])):
+                    bad.append(t.name)
+        print("BAD", bad)
+    """)
+    env = dict(os.environ, NUMBA_NUM_THREADS="3")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "BAD []" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_get_rows(t):
+    K, N = 512, 9
+    raw, w = _weight(t, N, K, 700 + int(t))
+    full = dequantize(t, raw.reshape(-1), N * K).reshape(N, K)
+    for dtype in (np.int32, np.int64):
+        ids_ = np.array([3, 0, 8, 3], dtype=dtype)
+        out = np.empty((4, K), np.float32)
+        w.get_rows(ids_, out)
+        assert np.array_equal(out.view(np.uint32), full[ids_].view(np.uint32))
+
+
+def test_bad_input():
+    raw, w = _weight(G.Q4_K, 4, 512, 1)
+    with pytest.raises(ValueError, match=r"test\.Q4_K.*\(T, 512\)"):
+        matmul(w, np.zeros((2, 256), np.float32), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"test\.Q4_K.*float32"):
+        matmul(w, np.zeros((2, 512), np.float64), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"test\.Q4_K.*\(2, 4\)"):
+        matmul(w, np.zeros((2, 512), np.float32), np.zeros((2, 5), np.float32))
+    with pytest.raises(ValueError, match=r"test\.Q4_K.*\(3, 512\)"):
+        w.get_rows(np.array([0, 1, 2]), np.zeros((3, 256), np.float32))
+    with pytest.raises(ValueError, match="out of range"):
+        w.get_rows(np.array([4]), np.zeros((1, 512), np.float32))
+    with pytest.raises(ValueError, match=r"blk\.0\.x.*bytes"):
+        Weight(G.Q4_K, raw.reshape(-1)[:-1], 512, 4, name="blk.0.x")
+    with pytest.raises(ValueError, match=r"blk\.0\.x.*multiple of 256"):
+        Weight(G.Q4_K, raw.reshape(-1), 500, 4, name="blk.0.x")
+    with pytest.raises(UnsupportedTypeError, match=r"blk\.0\.ffn_up.*IQ4_NL") as e:
+        Weight(G.IQ4_NL, np.zeros(18 * 4, np.uint8), 32, 4, name="blk.0.ffn_up")
+    assert isinstance(e.value, ModelError)
