@@ -22,13 +22,13 @@ def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
     from ..text import process_escapes
 
     if prompt is not None and file is not None:
-        raise click.UsageError("give either -p/--prompt or -f/--file, not both")
+        raise SynapseError("give either -p/--prompt or -f/--file, not both")
     if file is not None:
         try:
             with open(file, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise SynapseError(f"error: failed to open file '{file}': {e.strerror}") from None
+            raise SynapseError(f"failed to open file '{file}': {e.strerror}") from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -69,12 +69,12 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, json_output):
     """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
     if temp != 0.0:
-        raise click.BadParameter("only --temp 0 (greedy) is implemented; other samplers are not yet", param_hint="--temp")
+        raise SynapseError(f"--temp {temp}: only --temp 0 (greedy) is implemented; other samplers are not yet")
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
-            raise click.BadParameter(f"must be >= 1, got {val}", param_hint=name)
+            raise SynapseError(f"{name} must be >= 1, got {val}")
     if threads is not None and threads < 1:
-        raise click.BadParameter(f"must be >= 1, got {threads}", param_hint="-t")
+        raise SynapseError(f"-t must be >= 1, got {threads}")
     if not os.path.exists(model_path):
         raise SynapseError(f"failed to load model '{model_path}': file not found")
     text = _read_prompt(prompt, prompt_file, escape)

@@ -1,0 +1,101 @@
+"""`synapse decode` end to end (CliRunner): the ids and text llama.cpp's greedy runs produced, the
+stop reasons, llama_perf_context_print's lines, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, real_model_path
+
+from synapse_cli.cli import cli
+
+TINY = FIXTURES / "tiny" / "models"
+PROMPT = "Hello world, the quick brown fox"
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, ["decode", *map(str, args)], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("stem,cache", [("tiny-llama-F32", "f32"), ("tiny-qwen2-Q8_0", "f32"), ("tiny-llama-Q4_K_M", "f16")])
+def test_json_matches_llama_greedy(stem, cache):
+    """Files whose every top1-top2 gap exceeds our measured deviation: the whole run must match."""
+    suffix = "__kvf32" if cache == "f32" else ""
+    rec = json.loads((FIXTURES / "tiny" / "greedy" / f"{stem}__pub{suffix}.json").read_text())
+    r = _run("-m", TINY / f"{stem}.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-ctk", cache, "-ctv", cache, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["prompt_ids"] == rec["prompt_ids"]
+    assert out["generated_ids"] == rec["generated_ids"]
+    assert out["stop"] == "limit"
+    assert out["text"] == rec["text"]
+    t = out["timings"]
+    assert t["n_prompt"] == len(rec["prompt_ids"]) and t["n_eval"] == 47
+
+
+def test_text_output_and_perf_lines(tmp_path):
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "8",
+                                 "-ctk", "f32", "-ctv", "f32"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-F32__pub__kvf32.json").read_text())
+    from tokenizer import load_tokenizer
+
+    tok = load_tokenizer(TINY / "tiny-llama-F32.gguf")
+    want = b"".join(tok.token_to_piece(i, special=False) for i in rec["generated_ids"][:8]).decode("utf-8", "replace")
+    # the prompt is echoed as its token pieces (llama-completion's display_prompt): SPM's "▁Hello" is " Hello"
+    assert r.stdout.startswith(" " + PROMPT)
+    assert r.stdout.rstrip("\n").endswith(want)
+    assert re.search(r"llama_perf_context_print: prompt eval time = +[\d.]+ ms / +7 tokens", r.stderr)
+    assert re.search(r"llama_perf_context_print:        eval time = +[\d.]+ ms / +7 runs", r.stderr)
+
+
+def test_prompt_file_strips_one_newline_and_no_display_prompt(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text(PROMPT + "\n")
+    r = _run("-m", TINY / "tiny-llama-F32.gguf", "-f", f, "-n", 2, "--json")
+    assert json.loads(r.output)["prompt_ids"] == [1, 623, 645, 268, 389, 388, 451]
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "2", "--no-display-prompt"])
+    assert r.exit_code == 0 and PROMPT not in r.stdout
+
+
+def test_escapes_processed_unless_no_escape():
+    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json").output)
+    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json", "--no-escape").output)
+    assert a["prompt_ids"] != b["prompt_ids"]
+    assert 13 in a["prompt_ids"]  # <0x0A>: the newline byte token of the tiny SPM vocabulary
+
+
+def test_context_full_stops_with_reason():
+    r = _run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", -1, "-c", 256, "--json", "--ignore-eos")
+    out = json.loads(r.output)
+    assert out["stop"] == "ctx"
+    assert len(out["prompt_ids"]) + len(out["generated_ids"]) == 256
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["-m", "nope.gguf", "-p", "x"], "nope.gguf"),
+    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "--temp", "0.7"], "--temp"),
+    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "-t", "0"], "-t"),
+    (["-m", str(FIXTURES / "vocab" / "ggml-vocab-llama-spm.gguf"), "-p", "x"], "tensor"),
+])
+def test_bad_input_is_one_clear_line(args, msg):
+    r = CliRunner().invoke(cli, ["decode", *args])
+    assert r.exit_code != 0
+    assert "Traceback" not in r.output
+    assert msg in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.real
+def test_real_model_generates_llama_tokens():
+    model = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
+    rec = json.loads((FIXTURES / "real" / "greedy" / "SmolLM2-135M-Instruct.Q4_1__p1_plain.json").read_text())
+    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "--json")
+    out = json.loads(r.output)
+    assert out["prompt_ids"] == rec["prompt_ids"]
+    # the first steps have top-2 gaps far above llama.cpp's own batch noise: they must agree
+    assert out["generated_ids"][:8] == rec["generated_ids"][:8]
