@@ -119,13 +119,27 @@ def hsum16(a, o):
 # SwiGLU
 
 
+SWIGLU_CHUNK = 512  # elements computed into a private buffer at a time (see swiglu_row)
+
+
 @jit
-def swiglu_row(g, u, o, vec):
-    """ggml_vec_swiglu_f32 over one row: o = silu(g) * u. vec: AVX512 chunks (True) or generic C."""
+def swiglu_row(g, u, o, vec, tmp):
+    """ggml_vec_swiglu_f32 over one row: o = silu(g) * u. vec: AVX512 chunks (True) or generic C.
+
+    tmp: f32 (SWIGLU_CHUNK,) scratch. The vector part is computed into tmp and then copied to o: when o
+    is g (the model's in-place swiglu) a direct loop fails LLVM's runtime overlap check and runs scalar,
+    ~40x slower; tmp never overlaps, so the loop runs vectorised whatever the caller passes."""
     n = g.shape[0]
     nv = (n // 16) * 16 if vec else 0  # whole 16-lane vectors, then the scalar tail
-    for k in range(nv):
-        o[k] = v_silu(g[k]) * u[k]
+    for k0 in range(0, nv, SWIGLU_CHUNK):
+        m = min(SWIGLU_CHUNK, nv - k0)
+        gs = g[k0:k0 + m]
+        us = u[k0:k0 + m]
+        for k in range(m):
+            tmp[k] = v_silu(gs[k]) * us[k]
+        os_ = o[k0:k0 + m]
+        for k in range(m):
+            os_[k] = tmp[k]
     for k in range(nv, n):
         o[k] = silu_f32(g[k]) * u[k]
 
@@ -137,10 +151,12 @@ def _swiglu(gate, up, out, vec):
         raise ValueError("swiglu: gate, up and out must have the same shape (T, n)")
     if T * n >= PARALLEL_MIN_ELEMENTS and T > 1:
         for t in prange(T):
-            swiglu_row(gate[t], up[t], out[t], vec)
+            tmp = np.empty(SWIGLU_CHUNK, np.float32)
+            swiglu_row(gate[t], up[t], out[t], vec, tmp)
     else:
+        tmp = np.empty(SWIGLU_CHUNK, np.float32)
         for t in range(T):
-            swiglu_row(gate[t], up[t], out[t], vec)
+            swiglu_row(gate[t], up[t], out[t], vec, tmp)
 
 
 @jit

@@ -21,9 +21,21 @@ jit = numba.njit(cache=True, fastmath=False, nogil=True)
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, parallel=True)
 
 
+_threads = 0  # last value given to set_num_threads (0: never called -> numba's default, all threads)
+
+
 def set_num_threads(n: int) -> None:
     """Threads used by every `pjit` kernel (llama.cpp's -t)."""
-    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    global _threads
+    _threads = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(_threads)
+
+
+def work_chunks() -> int:
+    """How many static chunks a kernel should split its rows into: the thread count set here, without
+    numba.get_num_threads()'s ~2 us ctypes call (matters for ~100 small gemv calls per token). Any value
+    gives the same results; a stale one (numba.set_num_threads called directly) only costs speed."""
+    return _threads or numba.config.NUMBA_NUM_THREADS
 
 
 def get_num_threads() -> int:

@@ -3,6 +3,7 @@ ggml_compute_forward_mul_mat, ops.cpp get_rows).
 
     w = Weight(ggml_type, data, ne0, ne1, name)   # data: raw GGUF bytes (ne1 rows x row_bytes), uint8
     matmul(w, x, out)                             # out[t, n] = vec_dot(w row n, x row t converted)
+    matmul_many([wq, wk, wv], x, [q, k, v])       # the same as matmul of each, x converted once
     w.get_rows(ids, out)                          # out[i] = dequantized row ids[i]
 
 matmul converts the activations x (T, K) float32 to the weight type's vec_dot_type exactly like ggml
@@ -10,6 +11,10 @@ matmul converts the activations x (T, K) float32 to the weight type's vec_dot_ty
 the float scale arithmetic, integer dot products): T == 1 runs the gemv kernel, T > 1 the gemm kernel; both
 parallelise over weight rows (numba prange, thread count from kernels.config.set_num_threads) and produce
 bit-identical rows, independent of the thread count.
+
+Single token (T == 1) with the AVX2 kernels of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: one numba call converts x
+and runs the gemv of up to 3 weights in one parallel region (kernels/quants/gemv1.py); matmul_many is how a
+model shares that conversion between Q/K/V or gate/up (ggml-cpu converts src1 once per mul_mat too).
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ from synapse_cli.errors import ModelError
 
 from .ggml_type import type_name
 from .quants import get_format, readonly
+from .config import work_chunks as _num_threads
+from .quants import gemv1
+from .quants._simd import HAS_AVX2
 from .quants.activations import quantize_activations
 
-__all__ = ["Weight", "matmul", "UnsupportedTypeError"]
+__all__ = ["Weight", "matmul", "matmul_many", "UnsupportedTypeError"]
+
+# fused T == 1 kernels (kernels/quants/gemv1.py): ggml type -> (kernel, format code inside that kernel).
+# Weights whose (kernel, code) match - or any K-quant pair, the Q8_K kernel takes per-weight codes - can share
+# one call.
+_FUSED = {2: ("q8_0", 0), 6: ("q8_0", 1), 8: ("q8_0", 2), 3: ("q8_1", 0), 7: ("q8_1", 1),
+          12: ("q8_K", 0), 14: ("q8_K", 1)} if HAS_AVX2 else {}
 
 
 class UnsupportedTypeError(ModelError):
@@ -35,7 +49,7 @@ class Weight:
     Keeps a read-only view of the raw bytes (for get_rows) and the format's packed form for the kernels
     (which may be the same arrays; never a float expansion)."""
 
-    __slots__ = ("ggml_type", "ne0", "ne1", "name", "fmt", "raw", "packed")
+    __slots__ = ("ggml_type", "ne0", "ne1", "name", "fmt", "raw", "packed", "fused", "_group", "_x1", "_o1", "_solo")
 
     def __init__(self, ggml_type: int, data: np.ndarray, ne0: int, ne1: int, name: str = ""):
         fmt = get_format(ggml_type)
@@ -60,6 +74,19 @@ class Weight:
         self.fmt = fmt
         self.raw = readonly(data.reshape(ne1, row_bytes))  # (N, row_bytes)
         self.packed = fmt.pack(self.raw, ne0)
+        self.fused = _FUSED.get(int(fmt.ggml_type))  # (kernel, code) of the fused T == 1 path, or None
+        # weights with equal _group can go through one fused call (K-quants: any mix of Q4_K / Q6_K)
+        self._group = None if self.fused is None else (self.fused if self.fused[0] != "q8_K" else "q8_K")
+        self._x1, self._o1 = (1, ne0), (1, ne1)  # T == 1 shapes of the matmul fast path
+        self._solo = None  # (kernel, leading args, prefetch) of the fused call for this weight alone
+        if self.fused is not None:
+            kind, code = self.fused
+            p = self.packed[0]
+            if kind == "q8_K":
+                self._solo = (gemv1.gemv_many_q8_K, (code, p, 0, p, 0, p, 1), _PF_K)
+            else:
+                kern = gemv1.gemv_many_q8_1 if kind == "q8_1" else gemv1.gemv_many_q8_0
+                self._solo = (kern, (code, p, p, p, 1), _PF_Q32)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -91,8 +118,8 @@ def _check_out(out, shape, label):
                          f"got {got}")
 
 
-def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1)."""
+def _check_x(w, x):
+    """x (T, K) or (K,) float32 C-contiguous -> the 2-D view."""
     label = w.name or "<unnamed>"
     if not isinstance(x, np.ndarray):
         raise ValueError(f"tensor '{label}': x must be a numpy float32 array")
@@ -101,10 +128,54 @@ def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         raise ValueError(f"tensor '{label}': x must be float32 of shape (T, {w.ne0}), got {x.dtype} {x.shape}")
     if not x2.flags.c_contiguous:
         raise ValueError(f"tensor '{label}': x must be C-contiguous")
-    T = x2.shape[0]
+    return x2
+
+
+def _out2(w, x, T, out):
     out2 = out.reshape(1, -1) if isinstance(out, np.ndarray) and out.ndim == 1 and x.ndim == 1 else out
-    _check_out(out2, (T, w.ne1), label)
+    _check_out(out2, (T, w.ne1), w.name or "<unnamed>")
+    return out2
+
+
+# software-prefetch distances of the gemv loops, bytes ahead of the rows being read (_simd.prefetch_span)
+_PF_K = 4096
+_PF_Q32 = 8192
+_F32 = np.dtype(np.float32)
+
+
+def _gemv_fused(ws, x2, outs):
+    """One fused call for 1..3 weights of the same _group (T == 1)."""
+    nt = _num_threads()
+    n = len(ws)
+    p = [w.packed[0] for w in ws]
+    p += [p[0]] * (3 - n)
+    o = list(outs) + [outs[0]] * (3 - n)
+    kind, code = ws[0].fused
+    if kind == "q8_K":
+        c = [w.fused[1] for w in ws] + [0] * (3 - n)
+        gemv1.gemv_many_q8_K(c[0], p[0], c[1], p[1], c[2], p[2], n, x2, o[0], o[1], o[2], nt, _PF_K)
+    elif kind == "q8_1":
+        gemv1.gemv_many_q8_1(code, p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
+    else:
+        gemv1.gemv_many_q8_0(code, p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
+
+
+def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1)."""
+    if (w.fused is not None and type(x) is np.ndarray and type(out) is np.ndarray and x.shape == w._x1
+            and out.shape == w._o1 and x.dtype is _F32 and out.dtype is _F32 and x.flags.c_contiguous
+            and out.flags.c_contiguous and out.flags.writeable):
+        # decode fast path (~1 us of Python): the checks below, inlined for the common (1, K) -> (1, N) case
+        kern, pre, pf = w._solo
+        kern(*pre, x, out, out, out, _num_threads(), pf)
+        return out
+    x2 = _check_x(w, x)
+    T = x2.shape[0]
+    out2 = _out2(w, x, T, out)
     if T == 0:
+        return out
+    if T == 1 and w.fused is not None:
+        _gemv_fused((w,), x2, (out2,))
         return out
     a = quantize_activations(w.fmt.vec_dot_type, x2)
     if T == 1:
@@ -112,3 +183,47 @@ def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     else:
         w.fmt.gemm(w.packed, a, out2)
     return out
+
+
+def matmul_many(weights, x: np.ndarray, outs) -> list:
+    """outs[i] (T, N_i) = matmul(weights[i], x, outs[i]) for weights sharing the inner size K, with x converted
+    once per vec_dot_type (and, for T == 1 on the fused formats, up to 3 products in one parallel region).
+    Results are bit-identical to separate matmul calls. Returns outs."""
+    weights = list(weights)
+    outs = list(outs)
+    if len(weights) != len(outs):
+        raise ValueError(f"matmul_many: {len(weights)} weights but {len(outs)} outputs")
+    if not weights:
+        return outs
+    x2 = None
+    for w in weights:
+        if w.ne0 != weights[0].ne0:
+            raise ValueError(f"matmul_many: weights must share K, got {weights[0].ne0} and {w.ne0} "
+                             f"('{weights[0].name}', '{w.name}')")
+        x2 = _check_x(w, x)
+    T = x2.shape[0]
+    outs2 = [_out2(w, x, T, o) for w, o in zip(weights, outs)]
+    if T == 0:
+        return outs
+    rest = []
+    if T == 1:
+        groups: dict = {}
+        for i, w in enumerate(weights):
+            if w._group is None:
+                rest.append(i)
+            else:
+                groups.setdefault(w._group, []).append(i)
+        for idx in groups.values():
+            for j in range(0, len(idx), 3):
+                sel = idx[j:j + 3]
+                _gemv_fused([weights[i] for i in sel], x2, [outs2[i] for i in sel])
+    else:
+        rest = list(range(len(weights)))
+    acts: dict = {}
+    for i in rest:
+        w = weights[i]
+        vt = w.fmt.vec_dot_type
+        if vt not in acts:
+            acts[vt] = quantize_activations(vt, x2)
+        (w.fmt.gemv if T == 1 else w.fmt.gemm)(w.packed, acts[vt], outs2[i])
+    return outs

@@ -55,6 +55,11 @@ class LayerWeights:
     ffn_up_b: Optional[np.ndarray] = None
     ffn_down_b: Optional[np.ndarray] = None
 
+    def __post_init__(self):
+        # products sharing an input, computed by one matmul_many call (activations quantized once)
+        self.qkv = [self.attn_q, self.attn_k, self.attn_v]
+        self.gate_up = [self.ffn_gate, self.ffn_up]
+
 
 class Model:
     """Weights of one GGUF file, memory-mapped; built by `Model.load`."""
@@ -274,7 +279,7 @@ class Context:
         """
         from kernels.activations import swiglu
         from kernels.attention import attention, kv_store
-        from kernels.matmul import matmul
+        from kernels.matmul import matmul, matmul_many
         from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
         from kernels.rope import rope, rope_qk, rope_yarn_corr_dims
 
@@ -330,9 +335,7 @@ class Context:
                 self._qkv_traced(g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args)
             else:
                 rms_norm_mul(x, eps, L.attn_norm, cur)
-                matmul(L.attn_q, cur, q)
-                matmul(L.attn_k, cur, k)
-                matmul(L.attn_v, cur, v)
+                matmul_many(L.qkv, cur, [q, k, v])  # x quantized once, one parallel region
                 for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
                     if b is not None:
                         add(out, b, out)
@@ -374,12 +377,11 @@ class Context:
                 g.norm((f"norm-{il}", f"ffn_norm-{il}"), normed, f"ffn_inp-{il}", fcur, f"blk.{il}.ffn_norm.weight")
             else:
                 rms_norm_mul(fi, eps, L.ffn_norm, fcur)
-            matmul(L.ffn_gate, fcur, gt)
+            matmul_many(L.gate_up, fcur, [gt, u])
             if L.ffn_gate_b is not None:
                 add(gt, L.ffn_gate_b, gt)
             if g:
                 g.matmul(f"ffn_gate-{il}", gt, L.ffn_gate.name, E, f"ffn_norm-{il}")
-            matmul(L.ffn_up, fcur, u)
             if L.ffn_up_b is not None:
                 add(u, L.ffn_up_b, u)
             if g:

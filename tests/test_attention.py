@@ -217,6 +217,10 @@ ATT_CASES = [
     (False, 1, 40, 2, 4, 80, ()),
     (True, 3, 90, 2, 4, 64, (), 100),  # n_ctx < 256: n_kv_pad = 100, leftovers over cells, no sgemm for kqv
     (False, 1, 90, 2, 4, 64, (), 100),
+    # the vectorised single-token path: 3 query heads per KV head (SmolLM2), 6 (Qwen 1.5B), F32 cache
+    (True, 1, 1000, 3, 9, 64, (5, 999), 2048),
+    (True, 1, 64, 2, 12, 128, ()),
+    (False, 1, 200, 3, 9, 64, (7,)),
 ]
 
 
@@ -262,6 +266,26 @@ def test_batch_split_and_decode_paths(f16):
             assert np.array_equal(bits(kq_one[:, 0]), bits(kq_full[:, t]))
 
 
+@pytest.mark.parametrize("f16,G,H", [(True, 3, 9), (True, 2, 4), (False, 3, 9)])
+def test_batch_invariant_mode_matches_single_token_port(f16, G, H):
+    """batch_paths=False: every token of a batch (any split, several threads) has the single-token
+    (ggml_vec_dot) result of the port, bit for bit."""
+    T, n_kv, D = 6, 150, 64
+    q, kc, vc, kv_pos, q_pos = _setup(f16, T, n_kv, G, H, D, empty=(9,))
+    n_pad = n_kv_padded(n_kv, kc.shape[0])
+    kcells, vcells = _cells(kc, vc, n_pad, f16)
+    out = np.empty((T, H * D), np.float32)
+    old = get_num_threads()
+    try:
+        set_num_threads(2)
+        attention(q, kc, vc, n_kv, kv_pos, q_pos, 0.125, out, None, None, False)
+    finally:
+        set_num_threads(old)
+    for t in range(T):
+        r_out, _, _ = attention_ref(q[t:t + 1], kcells, vcells, n_kv, kv_pos, q_pos[t:t + 1], 0.125, n_pad, f16)
+        assert np.array_equal(bits(out[t:t + 1]), bits(r_out)), t
+
+
 def test_attention_thread_invariant():
     """1 and 2 threads in process, 3 threads in a subprocess (NUMBA_NUM_THREADS is fixed per process)."""
     q, kc, vc, kv_pos, q_pos = _setup(True, 40, 300, 2, 4, 64, garbage=False)
@@ -274,6 +298,26 @@ def test_attention_thread_invariant():
     finally:
         set_num_threads(old)
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
+
+
+def test_long_decode_split_over_kv_heads():
+    """A single token over enough cells is split over KV heads (prange): same bits as the port and as
+    one thread."""
+    n_kv, n_ctx, G, H, D = 2400, 2560, 2, 14, 128
+    q, kc, vc, kv_pos, q_pos = _setup(True, 1, n_kv, G, H, D, n_ctx=n_ctx, garbage=False)
+    outs = []
+    old = get_num_threads()
+    try:
+        for nt in (1, 2):
+            set_num_threads(nt)
+            outs.append(_run(q, kc, vc, n_kv, kv_pos, q_pos, 0.088, traces=False)[0])
+    finally:
+        set_num_threads(old)
+    assert np.array_equal(bits(outs[0]), bits(outs[1]))
+    n_pad = n_kv_padded(n_kv, n_ctx)
+    kcells, vcells = _cells(kc, vc, n_pad, True)
+    r_out, _, _ = attention_ref(q, kcells, vcells, n_kv, kv_pos, q_pos, 0.088, n_pad, True)
+    assert np.array_equal(bits(outs[0]), bits(r_out))
 
 
 def test_attention_three_threads_subprocess(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 import quant_reference as R
 from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType as G
-from kernels.matmul import UnsupportedTypeError, Weight, matmul
+from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
 from synapse_cli.errors import ModelError
 from synapse_cli.gguf import GGUFReader
 
@@ -218,3 +218,51 @@ def test_bad_input():
     with pytest.raises(UnsupportedTypeError, match=r"blk\.0\.ffn_up.*IQ4_NL") as e:
         Weight(G.IQ4_NL, np.zeros(18 * 4, np.uint8), 32, 4, name="blk.0.ffn_up")
     assert isinstance(e.value, ModelError)
+
+
+# matmul_many: x converted once; for T == 1 up to 3 weights per fused call (kernels/quants/gemv1.py), the
+# products split between threads per weight. N values cover a weight with fewer rows than an 8-row group,
+# rows not a multiple of 8 / of the thread count, and 4 weights (two fused calls).
+MANY_N = (3, 41, 8, 67)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_matmul_many_equals_reference_and_matmul(t):
+    K = 512
+    ws = [_weight(t, N, K, 1000 + 7 * int(t) + N) for N in MANY_N]
+    x = _x(3, K, 1100 + int(t))
+    for T in (1, 3):
+        xt = x[:T]
+        outs = [np.full((T, w.ne1), np.nan, np.float32) for _, w in ws]
+        assert matmul_many([w for _, w in ws], xt, outs) is not None
+        for (raw, w), o in zip(ws, outs):
+            assert np.array_equal(o, R.matmul(t, raw, xt)), f"T={T} N={w.ne1}"
+            assert np.array_equal(o, _run(w, xt))
+    # 1-D x / out as in matmul
+    outs = [np.empty(w.ne1, np.float32) for _, w in ws[:2]]
+    matmul_many([w for _, w in ws[:2]], x[0], outs)
+    assert np.array_equal(outs[1], R.matmul(t, ws[1][0], x[:1])[0])
+
+
+def test_matmul_many_mixed_types():
+    """Q4_K and Q6_K share one fused call (per-weight format codes); Q4_0 / Q8_0 / Q5_0 share the Q8_0
+    conversion; a type without a fused kernel (F16) and a different vec_dot_type (Q4_1) in the same list."""
+    K = 512
+    for types_ in ([G.Q4_K, G.Q6_K, G.Q4_K, G.Q6_K], [G.Q4_0, G.Q8_0, G.F16, G.Q5_0, G.Q4_1, G.Q8_0]):
+        ws = [_weight(t, 19 + 8 * i, K, 1200 + i) for i, t in enumerate(types_)]
+        x = _x(1, K, 1300)
+        outs = [np.full((1, w.ne1), np.nan, np.float32) for _, w in ws]
+        matmul_many([w for _, w in ws], x, outs)
+        for t, (raw, w), o in zip(types_, ws, outs):
+            assert np.array_equal(o, R.matmul(t, raw, x)), t.name
+
+
+def test_matmul_many_bad_input():
+    _, a = _weight(G.Q4_K, 4, 512, 1)
+    _, b = _weight(G.Q4_K, 4, 256, 2)
+    with pytest.raises(ValueError, match="share K"):
+        matmul_many([a, b], np.zeros((1, 512), np.float32), [np.zeros((1, 4), np.float32)] * 2)
+    with pytest.raises(ValueError, match="2 weights but 1"):
+        matmul_many([a, a], np.zeros((1, 512), np.float32), [np.zeros((1, 4), np.float32)])
+    with pytest.raises(ValueError, match=r"test\.Q4_K.*\(1, 4\)"):
+        matmul_many([a, a], np.zeros((1, 512), np.float32), [np.zeros((1, 4), np.float32), np.zeros((1, 5), np.float32)])

@@ -19,7 +19,7 @@ from elementwise_reference import (
 )
 from kernels.config import get_num_threads, set_num_threads
 from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
-from kernels.rope import rope, rope_ext, rope_qk, rope_yarn_corr_dims
+from kernels.rope import rope, rope_cache, rope_ext, rope_qk, rope_qk_cached, rope_yarn_corr_dims
 
 needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
 
@@ -171,6 +171,26 @@ def test_rope_qk_and_in_place():
         assert np.array_equal(bits(o), bits(ref))
         rope(x, pos, x, nd, neox, fb, fs, ef, af, cd, ff)  # out may be x
         assert np.array_equal(bits(x), bits(ref))
+
+
+@pytest.mark.parametrize("case", ["yarn", "neox", "llama3-freq-factors", "partial-n_dims"])
+def test_rope_cached_equals_rope_qk(case):
+    """The cos/sin cache computed once (rope_cache) and reused per layer gives rope_qk's bits."""
+    neox, fb, fs, ef, af, nco, bf, bs, ff, nd, D = ROPE_CASES[case]
+    cd = rope_yarn_corr_dims(nd, nco, fb, bf, bs)
+    q, pos = _rope_inputs(D, T=5, H=6, seed=3)
+    k, _ = _rope_inputs(D, T=5, H=2, seed=4)
+    want_q, want_k = np.empty_like(q), np.empty_like(k)
+    rope_qk(q, k, pos, want_q, want_k, nd, neox, fb, fs, ef, af, cd, ff)
+    cache = np.empty((5, nd), np.float32)
+    rope_cache(pos, nd, fb, fs, ef, af, cd, ff, cache)
+    for _layer in range(2):
+        qo, ko = np.empty_like(q), np.empty_like(k)
+        rope_qk_cached(q, k, cache, qo, ko, nd, neox)
+        assert np.array_equal(bits(qo), bits(want_q))
+        assert np.array_equal(bits(ko), bits(want_k))
+    with pytest.raises(ValueError):
+        rope_qk_cached(q, k, cache[:4], qo, ko, nd, neox)
 
 
 def test_rope_threads_invariant():

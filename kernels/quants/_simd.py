@@ -17,6 +17,10 @@ The integer identities used by the kernels are exact (ranges checked in each for
 equal ggml's; float operations are lane-wise in ggml's order. The x86 instructions need AVX2 (`HAS_AVX2`);
 without it the format modules select their scalar kernels. The features are those numba compiles for
 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES honoured); SYNAPSE_NO_SIMD=1 forces the scalar kernels.
+
+512-bit section (end of file, `HAS_AVX512`: AVX512F+BW): V64I8 / V32I16 / V16I32 values and the zmm pieces of
+the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, an 8-row
+lane-sum transpose, prefetchw).
 """
 
 from __future__ import annotations
@@ -456,3 +460,358 @@ def prefetch_span(typingctx, arr, start, nbytes):
     return types.none(arr, start, nbytes), codegen
 
 
+
+
+# ------------------------------------------------------------------------------------------------ 512-bit (gemm)
+# zmm building blocks for the K-quant gemm kernels (AVX512BW; vpdpwssd with AVX512_VNNI, else vpmaddwd + add).
+# LLVM splits vectors wider than the CPU model's preferred width (256 bits on this 'rocketlake'-like model)
+# unless the function says otherwise, so every intrinsic below marks its caller "min-legal-vector-width"="512"
+# (merged into callers on inlining, as clang does for its 512-bit intrinsics).
+
+# SYNAPSE_NO_AVX512=1 keeps the 256-bit gemm kernels (A/B measurements)
+HAS_AVX512 = (HAS_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
+              and os.environ.get("SYNAPSE_NO_AVX512", "") in ("", "0"))
+HAS_VNNI512 = HAS_AVX512 and "avx512vnni" in _FEATURES
+if HAS_VNNI512:
+    llvm.initialize_native_asmparser()  # dpwssd_z's inline asm (numba only sets up the asm printer)
+
+V64I8 = Vec("i", 8, 64)
+V32I16 = Vec("i", 16, 32)
+V16I32 = Vec("i", 32, 16)
+
+
+def _wide(builder):
+    """Let LLVM keep this function's 512-bit vectors in zmm registers."""
+    # llvmlite's FunctionAttributes only accepts enum attributes: add the string attribute to the set itself
+    set.add(builder.function.attributes, '"min-legal-vector-width"="512"')
+
+
+@intrinsic
+def load64(typingctx, arr, offset):
+    """64 bytes at byte offset `offset` (unaligned)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(p, V64I8.llvm_type().as_pointer()), align=1)
+
+    return V64I8(arr, offset), codegen
+
+
+@intrinsic
+def bcast32x2(typingctx, arr, offset):
+    """The 32 bytes at `offset` in both 256-bit halves of a 64-byte vector (vbroadcasti64x4)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, V32I8.llvm_type().as_pointer()), align=1)
+        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 64), [i % 32 for i in range(64)]))
+
+    return V64I8(arr, offset), codegen
+
+
+@intrinsic
+def srl16x2(typingctx, v, k0, k1):
+    """Logical right shift of the 16-bit lanes of a 64-byte vector: low 256 bits by k0, high by k1 (callers
+    mask afterwards; constant shifts after inlining)."""
+    if v != V64I8 or not (isinstance(k0, types.Integer) and isinstance(k1, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        w = ir.VectorType(_i16, 32)
+        a = builder.bitcast(args[0], w)
+        s0 = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), w)
+        s1 = _splat(builder, context.cast(builder, args[2], sig.args[2], types.int16), w)
+        k = builder.shuffle_vector(s0, s1, ir.Constant(ir.VectorType(_i32, 32), [0] * 16 + [32] * 16))
+        return builder.bitcast(builder.lshr(a, k), V64I8.llvm_type())
+
+    return V64I8(v, k0, k1), codegen
+
+
+@intrinsic
+def sll16z(typingctx, v, k):
+    """Left shift of the 16-bit lanes of a 64-byte vector by k."""
+    if v != V64I8 or not isinstance(k, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        w = ir.VectorType(_i16, 32)
+        kk = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), w)
+        return builder.bitcast(builder.shl(builder.bitcast(args[0], w), kk), V64I8.llvm_type())
+
+    return V64I8(v, k), codegen
+
+
+def _make_wide_binop(vt: Vec, op: str):
+    @intrinsic
+    def binop(typingctx, a, b):
+        if a != vt or b != vt:
+            return None
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            return getattr(builder, op)(args[0], args[1])
+
+        return vt(a, b), codegen
+
+    return binop
+
+
+and64 = _make_wide_binop(V64I8, "and_")
+or64 = _make_wide_binop(V64I8, "or_")
+sub8z = _make_wide_binop(V64I8, "sub")
+add32z = _make_wide_binop(V16I32, "add")
+
+
+@intrinsic
+def splat8z(typingctx, x):
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _splat(builder, context.cast(builder, args[0], sig.args[0], types.int8), V64I8.llvm_type())
+
+    return V64I8(x), codegen
+
+
+@intrinsic
+def zero16x32(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(V16I32.llvm_type(), None)
+
+    return V16I32(), codegen
+
+
+@intrinsic
+def pair16x2(typingctx, a, b, c, d):
+    """<32 x i16> = (a, b) repeated over the low 256 bits, (c, d) over the high 256 bits: per-lane scales for
+    the interleaved 16-weight halves of two 32-weight groups."""
+    if not all(isinstance(x, types.Integer) for x in (a, b, c, d)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        v = [builder.zext(context.cast(builder, x, t, types.int16), _i32) for x, t in zip(args, sig.args)]
+        lo = builder.or_(v[0], builder.shl(v[1], ir.Constant(_i32, 16)))
+        hi = builder.or_(v[2], builder.shl(v[3], ir.Constant(_i32, 16)))
+        w = ir.VectorType(_i32, 16)
+        k = builder.shuffle_vector(_splat(builder, lo, w), _splat(builder, hi, w),
+                                   ir.Constant(ir.VectorType(_i32, 16), [0] * 8 + [16] * 8))
+        return builder.bitcast(k, V32I16.llvm_type())
+
+    return V32I16(a, b, c, d), codegen
+
+
+@intrinsic
+def maddubs_z(typingctx, u, s):
+    """vpmaddubsw zmm: unsigned bytes u x signed bytes s, adjacent pairs summed (saturating) into int16."""
+    if u != V64I8 or s != V64I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _call(builder, "llvm.x86.avx512.pmaddubs.w.512", V32I16.llvm_type(), args)
+
+    return V32I16(u, s), codegen
+
+
+@intrinsic
+def dpwssd_z(typingctx, acc, a, b):
+    """acc + vpmaddwd(a, b) on zmm, int32 (exact): vpdpwssd with AVX512_VNNI, else vpmaddwd + vpaddd."""
+    if acc != V16I32 or a != V32I16 or b != V32I16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        t = V16I32.llvm_type()
+        if HAS_VNNI512:
+            # inline asm: LLVM's machine combiner otherwise splits chained vpdpwssd into vpmaddwd + vpaddd
+            # (a latency tuning for this CPU model), one more port-0/5 uop per instruction in the gemm loops
+            return builder.asm(ir.FunctionType(t, [t, t, t]), "vpdpwssd $3, $2, $0", "=v,0,v,v",
+                               [args[0], builder.bitcast(args[1], t), builder.bitcast(args[2], t)], False)
+        m = _call(builder, "llvm.x86.avx512.pmaddw.d.512", t, [args[1], args[2]])
+        return builder.add(args[0], m)
+
+    return V16I32(acc, a, b), codegen
+
+
+@intrinsic
+def fold16(typingctx, a):
+    """<8 x i32> = low 256 bits + high 256 bits of a <16 x i32>."""
+    if a != V16I32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        und = ir.Constant(V16I32.llvm_type(), ir.Undefined)
+        lo = builder.shuffle_vector(args[0], und, ir.Constant(ir.VectorType(_i32, 8), list(range(8))))
+        hi = builder.shuffle_vector(args[0], und, ir.Constant(ir.VectorType(_i32, 8), list(range(8, 16))))
+        return builder.add(lo, hi)
+
+    return V8I32(a), codegen
+
+
+@intrinsic
+def bcastf(typingctx, arr, offset):
+    """<8 x float> = the float32 at byte offset `offset`, repeated (vbroadcastss from memory)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, ir.FloatType().as_pointer()), align=1)
+        return _splat(builder, v, V8F32.llvm_type())
+
+    return V8F32(arr, offset), codegen
+
+
+sub32z = _make_wide_binop(V16I32, "sub")
+
+
+@intrinsic
+def gather8f(typingctx, arr, offset, stride):
+    """<8 x float>: lane j = the float32 at byte offset offset + j*stride."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        off = context.cast(builder, args[1], sig.args[1], types.int64)
+        st = context.cast(builder, args[2], sig.args[2], types.int64)
+        v = ir.Constant(V8F32.llvm_type(), ir.Undefined)
+        for j in range(8):
+            o = builder.add(off, builder.mul(st, ir.Constant(_i64, j)))
+            p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
+            x = builder.load(builder.bitcast(p, ir.FloatType().as_pointer()), align=1)
+            v = builder.insert_element(v, x, ir.Constant(_i32, j))
+        return v
+
+    return V8F32(arr, offset, stride), codegen
+
+
+@intrinsic
+def rows8_lane_sums(typingctx, arr, offset, stride, init):
+    """<8 x float>: lane j = ((init[j] + v_j[0]) + v_j[1]) + ... + v_j[7], v_j = the 8 floats at byte offset
+    offset + j*stride: eight rows' ggml `sums[0..7]` folded in ggml's sequential order, via an 8x8 transpose
+    (unpack / shuffle / 128-bit permute), so the gemm epilogues need no scalar loop."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)
+            and init == V8F32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        off = context.cast(builder, args[1], sig.args[1], types.int64)
+        st = context.cast(builder, args[2], sig.args[2], types.int64)
+        vt = V8F32.llvm_type()
+        r = []
+        for j in range(8):
+            o = builder.add(off, builder.mul(st, ir.Constant(_i64, j)))
+            p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
+            r.append(builder.load(builder.bitcast(p, vt.as_pointer()), align=1))
+
+        def shuf(x, y, mask):
+            return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(_i32, 8), mask))
+
+        a = [shuf(r[2 * k], r[2 * k + 1], [0, 8, 1, 9, 4, 12, 5, 13]) for k in range(4)]
+        b = [shuf(r[2 * k], r[2 * k + 1], [2, 10, 3, 11, 6, 14, 7, 15]) for k in range(4)]
+        lo, hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        c = [shuf(a[0], a[1], lo), shuf(a[0], a[1], hi), shuf(b[0], b[1], lo), shuf(b[0], b[1], hi),
+             shuf(a[2], a[3], lo), shuf(a[2], a[3], hi), shuf(b[2], b[3], lo), shuf(b[2], b[3], hi)]
+        s = args[3]
+        for l in range(8):
+            m = [0, 1, 2, 3, 8, 9, 10, 11] if l < 4 else [4, 5, 6, 7, 12, 13, 14, 15]
+            s = builder.fadd(s, shuf(c[l % 4], c[4 + l % 4], m))
+        return s
+
+    return V8F32(arr, offset, stride, init), codegen
+
+
+def _make_expand_z(nbytes, signed, mask):
+    @intrinsic
+    def expand(typingctx, arr, offset):
+        if not (_is_array(arr) and isinstance(offset, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            v = builder.load(builder.bitcast(p, ir.VectorType(_i8, nbytes).as_pointer()), align=1)
+            v = (builder.sext if signed else builder.zext)(v, ir.VectorType(_i16, nbytes))
+            return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), mask))
+
+        return V32I16(arr, offset), codegen
+
+    return expand
+
+
+# the 2 unsigned bytes at offset, each over 16 int16 lanes: Q4_K/Q5_K sub-block scales [sc(2c) x16 | sc(2c+1) x16]
+scales2x16 = _make_expand_z(2, False, [0] * 16 + [1] * 16)
+# the 4 signed bytes at offset as (b0, b1) x8 then (b2, b3) x8: Q6_K scale pairs of two 32-element groups
+scales4pairs = _make_expand_z(4, True, [0, 1] * 8 + [2, 3] * 8)
+
+
+@intrinsic
+def bcast_pair16(typingctx, arr, offset):
+    """<16 x i16> = (b0, b1) x8 for the 2 unsigned bytes at offset (pair16 from memory, no scalar code)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.zext(builder.load(builder.bitcast(p, ir.VectorType(_i8, 2).as_pointer()), align=1),
+                         ir.VectorType(_i16, 2))
+        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 16), [0, 1] * 8))
+
+    return V16I16(arr, offset), codegen
+
+
+@intrinsic
+def prefetchw(typingctx, arr, offset):
+    """Prefetch the cache line holding byte `offset` of arr with intent to write (the gemm kernels' output rows:
+    their read-for-ownership misses then overlap the tile's compute instead of stalling its final stores)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        fnty = ir.FunctionType(ir.VoidType(), [_i8.as_pointer(), _i32, _i32, _i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [p, ir.Constant(_i32, 1), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, offset), codegen
+
+
+def _make_perm32_store(flip: bool):
+    @intrinsic
+    def perm_store(typingctx, dst, doff, src, soff):
+        """dst[doff + p] = src[soff + PERM[p]] (^ 0x80 if flipping) for the 32 bytes of one K-quant group, PERM
+        = kquants' lane-order permutation, as one vector shuffle (vpermb / vpshufb) instead of 32 scalar moves."""
+        if not (_is_array(dst) and _is_array(src) and isinstance(doff, types.Integer)
+                and isinstance(soff, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            perm = [16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)]
+            ps = _byte_ptr(context, builder, sig.args[2], args[2], args[3], sig.args[3])
+            v = builder.load(builder.bitcast(ps, V32I8.llvm_type().as_pointer()), align=1)
+            v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), perm))
+            if flip:
+                v = builder.xor(v, ir.Constant(V32I8.llvm_type(), [0x80] * 32))
+            pd = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            builder.store(v, builder.bitcast(pd, V32I8.llvm_type().as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return types.none(dst, doff, src, soff), codegen
+
+    return perm_store
+
+
+perm32_store = _make_perm32_store(False)       # Q8_K quants in kquants.PERM order
+perm32_flip_store = _make_perm32_store(True)   # the same, as unsigned q + 128

@@ -55,47 +55,59 @@ def _roundf_i8(v):
     return np.int8(min(127.0, max(-128.0, t)))
 
 
+@jit
+def q8_0_x86_row(x, t, qs, d16, d):
+    """Row t of quantize_q8_0_x86 (serial; also called by the fused T = 1 gemv kernels)."""
+    K = x.shape[1]
+    for b in range(K // QK8):
+        o = b * QK8
+        amax = np.float32(0.0)
+        for j in range(QK8):
+            amax = max(amax, abs(x[t, o + j]))
+        h = f32_to_f16(np.float32(amax / np.float32(127.0)))
+        d16[t, b] = h
+        d[t, b] = f16_to_f32(h)
+        iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+        for j in range(QK8):
+            qs[t, o + j] = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+
+
+@jit
+def q8_1_x86_row(x, t, qs, d16, d, s16, s):
+    """Row t of quantize_q8_1_x86 (serial; also called by the fused T = 1 gemv kernels)."""
+    K = x.shape[1]
+    for b in range(K // QK8):
+        o = b * QK8
+        amax = np.float32(0.0)
+        for j in range(QK8):
+            amax = max(amax, abs(x[t, o + j]))
+        dd = np.float32(amax / np.float32(127.0))
+        h = f32_to_f16(dd)
+        d16[t, b] = h
+        d[t, b] = f16_to_f32(h)
+        iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+        isum = 0
+        for j in range(QK8):
+            q = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+            qs[t, o + j] = q
+            isum += np.int32(q)
+        hs = f32_to_f16(np.float32(dd * np.float32(isum)))
+        s16[t, b] = hs
+        s[t, b] = f16_to_f32(hs)
+
+
 @pjit
 def quantize_q8_0_x86(x, qs, d16, d):
     """x (T, K) f32 -> qs (T, K) int8, d16 (T, K/32) fp16 bits, d (T, K/32) = fp32 value of d16."""
-    T, K = x.shape
-    for t in prange(T):
-        for b in range(K // QK8):
-            o = b * QK8
-            amax = np.float32(0.0)
-            for j in range(QK8):
-                amax = max(amax, abs(x[t, o + j]))
-            h = f32_to_f16(np.float32(amax / np.float32(127.0)))
-            d16[t, b] = h
-            d[t, b] = f16_to_f32(h)
-            iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
-            for j in range(QK8):
-                qs[t, o + j] = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+    for t in prange(x.shape[0]):
+        q8_0_x86_row(x, t, qs, d16, d)
 
 
 @pjit
 def quantize_q8_1_x86(x, qs, d16, d, s16, s):
     """As quantize_q8_0_x86 plus s16/s (T, K/32): fp16(d * sum(q)) with d the unrounded float32 scale."""
-    T, K = x.shape
-    for t in prange(T):
-        for b in range(K // QK8):
-            o = b * QK8
-            amax = np.float32(0.0)
-            for j in range(QK8):
-                amax = max(amax, abs(x[t, o + j]))
-            dd = np.float32(amax / np.float32(127.0))
-            h = f32_to_f16(dd)
-            d16[t, b] = h
-            d[t, b] = f16_to_f32(h)
-            iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
-            isum = 0
-            for j in range(QK8):
-                q = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
-                qs[t, o + j] = q
-                isum += np.int32(q)
-            hs = f32_to_f16(np.float32(dd * np.float32(isum)))
-            s16[t, b] = hs
-            s[t, b] = f16_to_f32(hs)
+    for t in prange(x.shape[0]):
+        q8_1_x86_row(x, t, qs, d16, d, s16, s)
 
 
 @pjit
@@ -142,37 +154,43 @@ def quantize_q8_1_ref(x, qs, d16, d, s16, s):
             s[t, b] = f16_to_f32(hs)
 
 
+@jit
+def q8_K_row(x, t, qs, d, bsums):
+    """Row t of quantize_q8_K (serial; also called by the fused T = 1 gemv kernels)."""
+    K = x.shape[1]
+    for b in range(K // QK_K):
+        o = b * QK_K
+        amax = np.float32(0.0)
+        vmax = np.float32(0.0)
+        for j in range(QK_K):
+            ax = abs(x[t, o + j])
+            if ax > amax:
+                amax = ax
+                vmax = x[t, o + j]
+        if amax == np.float32(0.0):
+            # ggml leaves bsums untouched here; with d = 0 they never matter, we zero them
+            d[t, b] = np.float32(0.0)
+            for j in range(QK_K):
+                qs[t, o + j] = 0
+            for j in range(QK_K // 16):
+                bsums[t, b * 16 + j] = 0
+            continue
+        iscale = np.float32(np.float32(-127.0) / vmax)
+        for j in range(QK_K):
+            qs[t, o + j] = np.int8(min(np.int32(127), nearest_int(np.float32(iscale * x[t, o + j]))))
+        for j in range(QK_K // 16):
+            sm = np.int32(0)
+            for i in range(16):
+                sm += np.int32(qs[t, o + 16 * j + i])
+            bsums[t, b * 16 + j] = np.int16(sm)
+        d[t, b] = np.float32(np.float32(1.0) / iscale)
+
+
 @pjit
 def quantize_q8_K(x, qs, d, bsums):
     """quantize_row_q8_K_ref: x (T, K) -> qs (T, K) int8, d (T, K/256) f32, bsums (T, K/16) int16."""
-    T, K = x.shape
-    for t in prange(T):
-        for b in range(K // QK_K):
-            o = b * QK_K
-            amax = np.float32(0.0)
-            vmax = np.float32(0.0)
-            for j in range(QK_K):
-                ax = abs(x[t, o + j])
-                if ax > amax:
-                    amax = ax
-                    vmax = x[t, o + j]
-            if amax == np.float32(0.0):
-                # ggml leaves bsums untouched here; with d = 0 they never matter, we zero them
-                d[t, b] = np.float32(0.0)
-                for j in range(QK_K):
-                    qs[t, o + j] = 0
-                for j in range(QK_K // 16):
-                    bsums[t, b * 16 + j] = 0
-                continue
-            iscale = np.float32(np.float32(-127.0) / vmax)
-            for j in range(QK_K):
-                qs[t, o + j] = np.int8(min(np.int32(127), nearest_int(np.float32(iscale * x[t, o + j]))))
-            for j in range(QK_K // 16):
-                sm = np.int32(0)
-                for i in range(16):
-                    sm += np.int32(qs[t, o + 16 * j + i])
-                bsums[t, b * 16 + j] = np.int16(sm)
-            d[t, b] = np.float32(np.float32(1.0) / iscale)
+    for t in prange(x.shape[0]):
+        q8_K_row(x, t, qs, d, bsums)
 
 
 @pjit

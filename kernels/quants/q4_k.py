@@ -21,6 +21,9 @@ Fast path (AVX2): rows repacked at load time to 148-byte blocks
 and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., scale) -> int32 lane l =
 aux32[l] contribution (see kquants.py). Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
 |aux32| <= 8*63*4*15*127 < 2^24.
+gemm with AVX512BW (_gemm_z): the same packed rows in zmm, two sub-blocks per instruction ([low | high
+nibbles of a chunk] against 64 contiguous activations), several tokens per unpacked (row, block); same int32
+aux32 values, same float order.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, fadd, fmul, fsub, hsum32, lanef, load32,
+from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast_pair16, bcast32x2, bcastf, dpwssd_z, fold16,
+                    gather8f, load16x16, load64, maddubs_z, perm32_store, prefetchw, rows8_lane_sums, scales2x16,
+                    splat8z, srl16x2, zero16x32)
+from ._simd import (add32, and8, cvt_f32, dpwssd, fadd, fmul, fsub, hsum32, lanef, load32,
                     load8_i16_as_i32, load8_u8_as_i32, load8x32, load8xf32, maddubs,
                     mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
                     store8xf32, zero32, zerof)
@@ -269,6 +275,147 @@ def _gemm(w, qp, yd, bs32, out):
                 out[t, n] = s
 
 
+# ------------------------------------------------------------------------------------ gemm, 512-bit (AVX512BW)
+
+Z_ROW_TILE = 16
+Z_TOK_TILE = 32
+
+
+@jit
+def _unpack_z(w, n, ob, rb, m0f):
+    """The 4 nibble vectors [sub-block 2c | 2c+1] and scale vectors [sc(2c) x16 | sc(2c+1) x16] of (row n,
+    block at byte ob)."""
+    o = n * rb + ob
+    q0 = and64(srl16x2(bcast32x2(w, o), 0, 4), m0f)
+    q1 = and64(srl16x2(bcast32x2(w, o + 32), 0, 4), m0f)
+    q2 = and64(srl16x2(bcast32x2(w, o + 64), 0, 4), m0f)
+    q3 = and64(srl16x2(bcast32x2(w, o + 96), 0, 4), m0f)
+    s0 = scales2x16(w, o + 128)
+    s1 = scales2x16(w, o + 130)
+    s2 = scales2x16(w, o + 132)
+    s3 = scales2x16(w, o + 134)
+    return q0, q1, q2, q3, s0, s1, s2, s3
+
+
+@jit
+def _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, r, bsP, ydT, sumf):
+    """sumf[r, tokens] -= (dmin * dy) * sumi for row n, block at byte ob, 8 tokens per ymm: sumi = sum_j
+    min[j] * bsum[j] by vpdpwssd on (min[2j], min[2j+1]) x (bsum[2j], bsum[2j+1]) pairs."""
+    m01 = bcast_pair16(w, n * rb + ob + 136)
+    m23 = bcast_pair16(w, n * rb + ob + 138)
+    m45 = bcast_pair16(w, n * rb + ob + 140)
+    m67 = bcast_pair16(w, n * rb + ob + 142)
+    dmx = splatf(f16_to_f32(read_u16(w[n], ob + 146)))
+    for tc in range(n_tc):
+        tg = t0 + 8 * tc
+        pb = 2 * (2 * (4 * b * Tp + tg))  # bsP[b, 0, tg, 0]
+        sumi = dpwssd(zero32(), load16x16(bsP, pb), m01)
+        sumi = dpwssd(sumi, load16x16(bsP, pb + 4 * Tp), m23)
+        sumi = dpwssd(sumi, load16x16(bsP, pb + 8 * Tp), m45)
+        sumi = dpwssd(sumi, load16x16(bsP, pb + 12 * Tp), m67)
+        dmin = fmul(dmx, load8xf32(ydT, 4 * (b * Tp + tg)))
+        sf = 4 * (r * sumf.shape[1] + 8 * tc)
+        prev = load8xf32(sumf, sf) if b > 0 else zerof()  # ggml's sumf starts at 0
+        store8xf32(sumf, sf, fsub(prev, fmul(dmin, cvt_f32(sumi))))
+
+
+@pjit
+def _gemm_z(w, qp, ydT, bsP, out):
+    """zmm gemm on the same repacked rows; ydT (nb, Tp) f32 and bsP (nb, 4, Tp, 2) int16 = bs32 pairs
+    (2j, 2j+1) are token-major copies (Tp = T rounded up to 8, padding zero) for the vectorised min term.
+
+    Each thread takes Z_ROW_TILE rows and runs through the tokens Z_TOK_TILE at a time, block by block, two
+    rows at a time; per (row, block) the 8 sub-blocks are unpacked once into 4 zmm, each [sub-block 2c | 2c+1]
+    = [low | high nibbles of chunk c], so one zmm activation load (64 contiguous permuted quants) feeds each;
+    with the scale vectors [sc(2c) x16 | sc(2c+1) x16] vpmaddubsw + vpdpwssd leave lane l (+8) = aux32[l]
+    parts of the two sub-blocks, folded to aux32[0..7] once per (row, token, block). d = dx*dy is computed for
+    the token tile per (row, block) and broadcast from memory; the min term is _min_term_z's. Float order as in
+    _gemm (ggml's generic order); the final sumf + sums[0] + ... + sums[7] runs 8 rows per vector
+    (rows8_lane_sums)."""
+    N = w.shape[0]
+    T, K = qp.shape
+    nb = K // QK_K
+    rb = w.shape[1]
+    Tp = ydT.shape[1]
+    n_rt = (N + Z_ROW_TILE - 1) // Z_ROW_TILE
+    for rt in prange(n_rt):
+        r0 = rt * Z_ROW_TILE
+        r1 = min(N, r0 + Z_ROW_TILE)
+        # row Z_ROW_TILE: scratch for the partner of an odd last row
+        sums = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE, 8), np.float32)
+        sumf = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
+        dbuf = np.empty((2, Z_TOK_TILE), np.float32)
+        m0f = splat8z(15)
+        for t0 in range(0, T, Z_TOK_TILE):
+            t1 = min(T, t0 + Z_TOK_TILE)
+            for t in range(t0, t1):  # this tile's output lines, written at its end
+                prefetchw(out, 4 * (t * N + r0))
+                prefetchw(out, 4 * (t * N + r1) - 4)
+            n_tc = (t1 - t0 + 7) // 8
+            for b in range(nb):
+                ob = b * PACKED_BYTES
+                for n in range(r0, r1, 2):
+                    n2 = min(n + 1, r1 - 1)
+                    ra = n - r0
+                    rb2 = n + 1 - r0 if n + 1 < r1 else Z_ROW_TILE
+                    a0, a1, a2, a3, sa0, sa1, sa2, sa3 = _unpack_z(w, n, ob, rb, m0f)
+                    b0, b1, b2, b3, sb0, sb1, sb2, sb3 = _unpack_z(w, n2, ob, rb, m0f)
+                    dxa = splatf(f16_to_f32(read_u16(w[n], ob + 144)))
+                    dxb = splatf(f16_to_f32(read_u16(w[n2], ob + 144)))
+                    for tc in range(n_tc):
+                        yv = load8xf32(ydT, 4 * (b * Tp + t0 + 8 * tc))
+                        store8xf32(dbuf, 32 * tc, fmul(dxa, yv))
+                        store8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc, fmul(dxb, yv))
+                    for t in range(t0, t1):
+                        oa = t * K + b * QK_K
+                        y0 = load64(qp, oa)
+                        y1 = load64(qp, oa + 64)
+                        y2 = load64(qp, oa + 128)
+                        y3 = load64(qp, oa + 192)
+                        ua = add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0), maddubs_z(a1, y1), sa1),
+                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2), maddubs_z(a3, y3), sa3))
+                        ub = add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0), maddubs_z(b1, y1), sb1),
+                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2), maddubs_z(b3, y3), sb3))
+                        so = 32 * (ra * Z_TOK_TILE + t - t0)
+                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
+                        store8xf32(sums, so, fadd(prev, fmul(bcastf(dbuf, 4 * (t - t0)), cvt_f32(fold16(ua)))))
+                        so = 32 * (rb2 * Z_TOK_TILE + t - t0)
+                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
+                        dy = bcastf(dbuf, 4 * (Z_TOK_TILE + t - t0))
+                        store8xf32(sums, so, fadd(prev, fmul(dy, cvt_f32(fold16(ub)))))
+                for n in range(r0, r1):
+                    _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, n - r0, bsP, ydT, sumf)
+            for t in range(t0, t1):
+                n = r0
+                while n + 8 <= r1:
+                    o = (n - r0) * Z_TOK_TILE + t - t0
+                    v = rows8_lane_sums(sums, 32 * o, 32 * Z_TOK_TILE, gather8f(sumf, 4 * o, 4 * Z_TOK_TILE))
+                    store8xf32(out, 4 * (t * N + n), v)
+                    n += 8
+                for n in range(n, r1):
+                    s = sumf[n - r0, t - t0]
+                    for l in range(8):
+                        s = s + sums[n - r0, t - t0, l]
+                    out[t, n] = s
+
+
+@pjit
+def _prep_z(qs, bsums, d, qp, ydT, bsP):
+    """Q8_K activations (qs (T, K) int8, bsums (T, K/16) int16, d (T, K/256) f32) -> _gemm_z's inputs in one
+    pass: qp (T, K) int8 in kquants.PERM order (what kquants.prep_q8k gives), ydT (nb, Tp) f32 = d transposed,
+    bsP (nb, 4, Tp, 2) int16: bsP[b, j, t, k] = bsum32 of group 8b + 2j + k (Tp = T rounded up to 8; callers
+    zero the padding)."""
+    T, K = qs.shape
+    nb = K // QK_K
+    for t in prange(T):
+        for g in range(K // 32):
+            perm32_store(qp, t * K + 32 * g, qs, t * K + 32 * g)
+        for b in range(nb):
+            ydT[b, t] = d[t, b]
+            for g in range(8):
+                bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
+                                                   + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
@@ -281,8 +428,17 @@ def _gemv_fast(packed, a, out):
 
 
 def _gemm_fast(packed, a, out):
-    k = kquants.prepare(a, 0)
-    _gemm(packed[0], k.qp, k.d, k.bs32, out)
+    if HAS_AVX512:
+        T, K = a.qs.shape
+        nb, Tp = K // QK_K, (T + 7) // 8 * 8
+        qp = np.empty((T, K), np.int8)
+        ydT = np.zeros((nb, Tp), np.float32)
+        bsP = np.zeros((nb, 4, Tp, 2), np.int16)
+        _prep_z(a.qs, a.bsums, a.d, qp, ydT, bsP)
+        _gemm_z(packed[0], qp, ydT, bsP, out)
+    else:
+        k = kquants.prepare(a, 0)
+        _gemm(packed[0], k.qp, k.d, k.bs32, out)
 
 
 def _pack_raw(raw, K):

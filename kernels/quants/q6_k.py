@@ -21,6 +21,8 @@ the kquants.PERM order:
     [192:208) scales int8 x 16,  [208:210) d
 Quants are used unsigned (q+32, 0..63): vpmaddubsw(q+32, a) - 32*(a+a') per pair = (q)*a pair sums (both
 terms <= 16002 in magnitude, no saturation), then vpmaddwd with the two sub-block scales of the group.
+gemm with AVX512BW (_gemm_z): the same packed rows in zmm, two groups per instruction, signed quants against
+activations + 128 (correction per (row, block), not per token; see _gemm_z); same int32 aux32, same float order.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, fadd, fmul, lanef, load16x16, load32, load8xf32,
+from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast32x2, bcastf, dpwssd_z, fold16, load64, maddubs_z,
+                    or64, perm32_flip_store, prefetchw, rows8_lane_sums, scales4pairs, sll16z, splat8z, srl16x2,
+                    sub32z, sub8z, zero16x32)
+from ._simd import (and8, cvt_f32, dpwssd, fadd, fmul, lanef, load16x16, load32, load8xf32,
                     maddubs, or8, pair16, prefetch_span, sll16, splat8, splatf, srl16,
                     store8xf32, sub16, zero32, zerof)
 from .base import BlockFormat, register
@@ -241,6 +246,137 @@ def _gemm(w, qp, pc, yd, out):
                 out[t, n] = s
 
 
+# ------------------------------------------------------------------------------------ gemm, 512-bit (AVX512BW)
+
+Z_ROW_TILE = 16
+Z_TOK_TILE = 32
+
+
+@jit
+def _unpack_z(w, o, v, m0f, m03, m32):
+    """Signed quants (-32..31) of element groups [2v | 2v+1] of the repacked block at flat byte offset o."""
+    lo = and64(srl16x2(bcast32x2(w, o + 32 * v), 0, 4), m0f)
+    hi = and64(srl16x2(bcast32x2(w, o + 128 + 32 * (v // 2)), 4 * (v % 2), 4 * (v % 2) + 2), m03)
+    return sub8z(or64(lo, sll16z(hi, 4)), m32)
+
+
+@jit
+def _scales_z(w, n, ob, v):
+    """<32 x i16> scales for groups [2v | 2v+1]: (sc[4v], sc[4v+1]) pairs, then (sc[4v+2], sc[4v+3])."""
+    return scales4pairs(w, n * w.shape[1] + ob + 192 + 4 * v)
+
+
+@pjit
+def _gemm_z(w, qu, ydT, out):
+    """zmm gemm; ydT (nb, Tp) f32 = token-major yd (Tp = T rounded up to 8, padding zero).
+
+    Activations are taken unsigned (qu = q8 + 128, 1..255) against the signed 6-bit quants, so vpmaddubsw needs
+    no per-token correction: sum (a+128)*q = sum a*q + 128 * sum q, and the second term, through the same
+    scale pipeline, is a per-(row, block) constant (vpmaddubsw of 128 x q) that starts each token's accumulator
+    negated. No saturation: |pair| <= 2*255*32 = 16320; lane sums < 2^31. Each thread takes Z_ROW_TILE rows and
+    runs through the tokens Z_TOK_TILE at a time, block by block, two rows at a time; each zmm covers element
+    groups [2v | 2v+1] (64 contiguous permuted activations); lanes l and l+8 are folded to aux32[l] per (row,
+    token, block); sums[l] += (dx*dy) * aux32[l], then sumf = 0 + sums[0] + ... + sums[7] (ggml's generic
+    order), 8 rows per vector (rows8_lane_sums)."""
+    N, rb = w.shape
+    T, K = qu.shape
+    nb = K // QK_K
+    Tp = ydT.shape[1]
+    n_rt = (N + Z_ROW_TILE - 1) // Z_ROW_TILE
+    for rt in prange(n_rt):
+        r0 = rt * Z_ROW_TILE
+        r1 = min(N, r0 + Z_ROW_TILE)
+        # row Z_ROW_TILE: scratch for the partner of an odd last row
+        sums = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE, 8), np.float32)
+        dbuf = np.empty((2, Z_TOK_TILE), np.float32)
+        m0f = splat8z(15)
+        m03 = splat8z(3)
+        m32 = splat8z(32)
+        u128 = splat8z(128)
+        for t0 in range(0, T, Z_TOK_TILE):
+            t1 = min(T, t0 + Z_TOK_TILE)
+            for t in range(t0, t1):  # this tile's output lines, written at its end
+                prefetchw(out, 4 * (t * N + r0))
+                prefetchw(out, 4 * (t * N + r1) - 4)
+            n_tc = (t1 - t0 + 7) // 8
+            for b in range(nb):
+                ob = b * BLOCK_BYTES
+                for n in range(r0, r1, 2):
+                    n2 = min(n + 1, r1 - 1)
+                    ra = n - r0
+                    rb2 = n + 1 - r0 if n + 1 < r1 else Z_ROW_TILE
+                    oa_ = n * rb + ob
+                    ob_ = n2 * rb + ob
+                    a0 = _unpack_z(w, oa_, 0, m0f, m03, m32)
+                    a1 = _unpack_z(w, oa_, 1, m0f, m03, m32)
+                    a2 = _unpack_z(w, oa_, 2, m0f, m03, m32)
+                    a3 = _unpack_z(w, oa_, 3, m0f, m03, m32)
+                    b0 = _unpack_z(w, ob_, 0, m0f, m03, m32)
+                    b1 = _unpack_z(w, ob_, 1, m0f, m03, m32)
+                    b2 = _unpack_z(w, ob_, 2, m0f, m03, m32)
+                    b3 = _unpack_z(w, ob_, 3, m0f, m03, m32)
+                    sa0 = _scales_z(w, n, ob, 0)
+                    sa1 = _scales_z(w, n, ob, 1)
+                    sa2 = _scales_z(w, n, ob, 2)
+                    sa3 = _scales_z(w, n, ob, 3)
+                    sb0 = _scales_z(w, n2, ob, 0)
+                    sb1 = _scales_z(w, n2, ob, 1)
+                    sb2 = _scales_z(w, n2, ob, 2)
+                    sb3 = _scales_z(w, n2, ob, 3)
+                    ca = dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(u128, a0), sa0), maddubs_z(u128, a1), sa1)
+                    ca = dpwssd_z(dpwssd_z(ca, maddubs_z(u128, a2), sa2), maddubs_z(u128, a3), sa3)
+                    cb = dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(u128, b0), sb0), maddubs_z(u128, b1), sb1)
+                    cb = dpwssd_z(dpwssd_z(cb, maddubs_z(u128, b2), sb2), maddubs_z(u128, b3), sb3)
+                    ca = sub32z(zero16x32(), ca)
+                    cb = sub32z(zero16x32(), cb)
+                    dxa = splatf(f16_to_f32(read_u16(w[n], ob + 208)))
+                    dxb = splatf(f16_to_f32(read_u16(w[n2], ob + 208)))
+                    for tc in range(n_tc):
+                        yv = load8xf32(ydT, 4 * (b * Tp + t0 + 8 * tc))
+                        store8xf32(dbuf, 32 * tc, fmul(dxa, yv))
+                        store8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc, fmul(dxb, yv))
+                    for t in range(t0, t1):
+                        oa = t * K + b * QK_K
+                        y0 = load64(qu, oa)
+                        y1 = load64(qu, oa + 64)
+                        y2 = load64(qu, oa + 128)
+                        y3 = load64(qu, oa + 192)
+                        ua = add32z(dpwssd_z(dpwssd_z(ca, maddubs_z(y0, a0), sa0), maddubs_z(y1, a1), sa1),
+                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(y2, a2), sa2), maddubs_z(y3, a3), sa3))
+                        ub = add32z(dpwssd_z(dpwssd_z(cb, maddubs_z(y0, b0), sb0), maddubs_z(y1, b1), sb1),
+                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(y2, b2), sb2), maddubs_z(y3, b3), sb3))
+                        so = 32 * (ra * Z_TOK_TILE + t - t0)
+                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
+                        store8xf32(sums, so, fadd(prev, fmul(bcastf(dbuf, 4 * (t - t0)), cvt_f32(fold16(ua)))))
+                        so = 32 * (rb2 * Z_TOK_TILE + t - t0)
+                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
+                        dy = bcastf(dbuf, 4 * (Z_TOK_TILE + t - t0))
+                        store8xf32(sums, so, fadd(prev, fmul(dy, cvt_f32(fold16(ub)))))
+            for t in range(t0, t1):
+                n = r0
+                while n + 8 <= r1:
+                    o = (n - r0) * Z_TOK_TILE + t - t0
+                    v = rows8_lane_sums(sums, 32 * o, 32 * Z_TOK_TILE, zerof())
+                    store8xf32(out, 4 * (t * N + n), v)
+                    n += 8
+                for n in range(n, r1):
+                    s = np.float32(0.0)
+                    for l in range(8):
+                        s = s + sums[n - r0, t - t0, l]
+                    out[t, n] = s
+
+@pjit
+def _prep_z(qs, d, qu, ydT):
+    """Q8_K activations -> _gemm_z's inputs in one pass: qu (T, K) uint8 = q8 + 128 in kquants.PERM order,
+    ydT (nb, Tp) f32 = d transposed (callers zero the padding tokens)."""
+    T, K = qs.shape
+    for t in prange(T):
+        for g in range(K // 32):
+            perm32_flip_store(qu, t * K + 32 * g, qs, t * K + 32 * g)
+        for b in range(K // QK_K):
+            ydT[b, t] = d[t, b]
+
+
 def _pack_fast(raw, K):
     out = np.empty_like(raw)
     _repack(raw, out)
@@ -253,8 +389,15 @@ def _gemv_fast(packed, a, out):
 
 
 def _gemm_fast(packed, a, out):
-    k = kquants.prepare(a, 32)
-    _gemm(packed[0], k.qp, k.pcorr, k.d, out)
+    if HAS_AVX512:
+        T, K = a.qs.shape
+        qu = np.empty((T, K), np.uint8)
+        ydT = np.zeros((K // QK_K, (T + 7) // 8 * 8), np.float32)
+        _prep_z(a.qs, a.d, qu, ydT)
+        _gemm_z(packed[0], qu, ydT, out)
+    else:
+        k = kquants.prepare(a, 32)
+        _gemm(packed[0], k.qp, k.pcorr, k.d, out)
 
 
 if HAS_AVX2:
