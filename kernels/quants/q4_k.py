@@ -399,7 +399,7 @@ def _gemm_z(w, qp, ydT, bsP, out):
                     out[t, n] = s
 
 
-@pjit
+@jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
 def _prep_z(qs, bsums, d, qp, ydT, bsP):
     """Q8_K activations (qs (T, K) int8, bsums (T, K/16) int16, d (T, K/256) f32) -> _gemm_z's inputs in one
     pass: qp (T, K) int8 in kquants.PERM order (what kquants.prep_q8k gives), ydT (nb, Tp) f32 = d transposed,
@@ -407,7 +407,7 @@ def _prep_z(qs, bsums, d, qp, ydT, bsP):
     zero the padding)."""
     T, K = qs.shape
     nb = K // QK_K
-    for t in prange(T):
+    for t in range(T):
         for g in range(K // 32):
             perm32_store(qp, t * K + 32 * g, qs, t * K + 32 * g)
         for b in range(nb):

@@ -365,12 +365,12 @@ def _gemm_z(w, qu, ydT, out):
                         s = s + sums[n - r0, t - t0, l]
                     out[t, n] = s
 
-@pjit
+@jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
 def _prep_z(qs, d, qu, ydT):
     """Q8_K activations -> _gemm_z's inputs in one pass: qu (T, K) uint8 = q8 + 128 in kquants.PERM order,
     ydT (nb, Tp) f32 = d transposed (callers zero the padding tokens)."""
     T, K = qs.shape
-    for t in prange(T):
+    for t in range(T):
         for g in range(K // 32):
             perm32_flip_store(qu, t * K + 32 * g, qs, t * K + 32 * g)
         for b in range(K // QK_K):
