@@ -84,6 +84,19 @@ def test_gemm_rows_equal_gemv_larger_shapes(t):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
 
+@pytest.mark.parametrize("t", [G.Q4_K, G.Q6_K, G.Q8_0, G.Q4_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("N,T", [(37, 70), (16, 33)])
+def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
+    """T > 32 reaches the second and third 32-token tiles of the AVX512 gemm (and odd N its row tail)."""
+    K = 512
+    raw, w = _weight(t, N, K, 500 + int(t) + N)
+    x = _x(T, K, 600 + int(t) + T)
+    gemm = _run(w, x)
+    assert np.array_equal(gemm, R.matmul(t, raw, x))
+    for i in (0, 31, 32, T - 1):
+        assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
+
+
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 def test_close_to_float64_dequantized_product(t):
     """|y - W x| <= sum_k |W_nk| |x_k - xq_k| (+ the fp16 rounding of Q8_1's s) + float slack."""
