@@ -111,11 +111,10 @@ class GraphTrace:
         self.node(f"kqv-{il} (permuted)", "PERMUTE", kqvp, [(f"kqv-{il}", ne_of(kqv))])
         self.node(f"kqv_out-{il}", "CONT", kqv_out, [(f"kqv-{il} (permuted)", ne_of(kqvp))])
 
-    def attn_out(self, il, out, weight_name) -> str:
+    def attn_out(self, il, out, weight_name, n_in) -> str:
         # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
         name = None if self.arch == "qwen2" else f"attn_out-{il}"
-        H = out.shape[1]
-        return self.node(name, "MUL_MAT", out, [(weight_name, (self._kqv_dim, H, 1, 1)), (f"kqv_out-{il}", (self._kqv_dim, self.T, 1, 1))])
+        return self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (f"kqv_out-{il}", (n_in, self.T, 1, 1))])
 
     def out_rows(self, attn_name, attn_rows, inp_name, inp_rows, T_full):
         E = attn_rows.shape[1]

@@ -351,8 +351,7 @@ class Context:
             matmul(L.attn_output, kqv_out, attn_out)
             if g:
                 self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
-                g._kqv_dim = H * D
-                attn_name = g.attn_out(il, attn_out, L.attn_output.name)
+                attn_name = g.attn_out(il, attn_out, L.attn_output.name, H * D)
             if L.attn_output_b is not None:
                 add(attn_out, L.attn_output_b, attn_out)
 
