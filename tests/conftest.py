@@ -31,7 +31,7 @@ def real_model_path(name: str) -> Path:
     """Path of a real model fetched by `make models` (file name as in the fixtures), or skip the test."""
     path = MODELS / Path(name).name
     if not path.exists():
-        pytest.skip(f"{path.name} not fetched (run `make models`)")
+        pytest.skip(f"{path.name} not fetched (run `make models`, or `make models-large` for the 1.5B)")
     return path
 
 
