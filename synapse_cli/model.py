@@ -238,9 +238,10 @@ class Context:
 
     def reset(self) -> None:
         """Forget the sequence (llama_memory_clear); cells are zeroed as llama.cpp's buffer clear does."""
+        n = self.n_past  # only cells 0..n_past-1 were written: the rest are still zero (and untouched pages)
         for k, v in zip(self.k_cache, self.v_cache):
-            k[...] = 0
-            v[...] = 0
+            k[:n] = 0
+            v[:, :, :n] = 0
         self.n_past = 0
 
     # --- llama_decode -------------------------------------------------------------------------
