@@ -3,11 +3,14 @@
 * activation quantizers producing ggml block bytes: quantize_row_q8_0 / q8_1 in their x86 AVX flavour
   (ggml-cpu/arch/x86/quants.c) and generic flavour (ggml-quants.c *_ref), quantize_row_q8_K_ref;
 * `unpack_<type>`: a weight row's blocks -> integer quants and scales, vectorised numpy;
-* `vec_dot(type, w_row_bytes, act_row_bytes)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic with numpy
+* `vec_dot(type, w_row_bytes, act_row_bytes, flavour)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic
+  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0) with numpy
   float32 scalars, one block at a time, in the C operation order.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 
@@ -225,10 +228,47 @@ def _lanes8(prod: np.ndarray) -> np.ndarray:
     return prod.reshape(-1, 8).sum(axis=0)
 
 
-def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray) -> np.float32:
+def fma32(a, b, c) -> np.float32:
+    """float32 a*b + c rounded once (as vfmadd), from the exact rational value: round to nearest, ties even."""
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    r = f32(float(exact))  # may be one ulp off (double rounding): pick the nearest of r and its neighbours
+    cands = [np.nextafter(r, f32(-np.inf)), r, np.nextafter(r, f32(np.inf))]
+    return min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(f32(v).view(np.uint32)) & 1))
+
+
+# the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
+X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0)
+
+
+def _vec_dot_x86(t, w, act) -> np.float32:
+    """ggml_vec_dot_{q4_1_q8_1, q5_1_q8_1, q5_0_q8_0, q8_0_q8_0} AVX2: per block 8 int32 lanes (lane j =
+    elements 4j..4j+3), acc[j] = fma(dx*dy, lane_j, acc[j]); hsum_float_8(acc) (+ summs = fma(m, s, summs))."""
+    if t in (GGMLType.Q4_1, GGMLType.Q5_1):
+        dy, sy, qy = q8_blocks(act, "Q8_1")
+        dx, mx, qx = (unpack_q4_1 if t == GGMLType.Q4_1 else unpack_q5_1)(w)
+    else:
+        dy, qy = q8_blocks(act, "Q8_0")
+        dx, qx = (unpack_q5_0 if t == GGMLType.Q5_0 else unpack_q8_0)(w)
+        mx = None
+    acc = [f32(0)] * 8
+    summs = f32(0)
+    for b in range(len(dx)):
+        lanes = (qx[b].astype(np.int64) * qy[b]).reshape(8, 4).sum(axis=1)
+        d = f32(dx[b] * dy[b])
+        acc = [fma32(d, f32(lanes[j]), acc[j]) for j in range(8)]
+        if mx is not None:
+            summs = fma32(mx[b], sy[b], summs)
+    a = acc
+    r = f32(f32(f32(a[4] + a[0]) + f32(a[6] + a[2])) + f32(f32(a[5] + a[1]) + f32(a[7] + a[3])))
+    return f32(r + summs) if mx is not None else r
+
+
+def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "generic") -> np.float32:
     """One weight row (raw bytes) . one activation row (block bytes of the vec_dot_type, or float32 values
-    for F32/F16/BF16), generic ggml order."""
+    for F32/F16/BF16), generic ggml order; flavour "x86" gives the AVX2 order for X86_ORDER_TYPES."""
     t = GGMLType(ggml_type)
+    if flavour == "x86" and t in X86_ORDER_TYPES:
+        return _vec_dot_x86(t, w, act)
     sumf = f32(0)
     if t in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
         if t == GGMLType.F32:
@@ -340,13 +380,13 @@ def act_values(ggml_type: int, x: np.ndarray) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def matmul(ggml_type: int, w_rows: np.ndarray, x: np.ndarray) -> np.ndarray:
+def matmul(ggml_type: int, w_rows: np.ndarray, x: np.ndarray, flavour: str = "generic") -> np.ndarray:
     """w_rows (N, row_bytes), x (T, K) -> (T, N) float32, one reference vec_dot per output."""
     out = np.empty((x.shape[0], w_rows.shape[0]), np.float32)
     for t in range(x.shape[0]):
         a = quantize_act_row(ggml_type, x[t])
         for n in range(w_rows.shape[0]):
-            out[t, n] = vec_dot(ggml_type, w_rows[n], a)
+            out[t, n] = vec_dot(ggml_type, w_rows[n], a, flavour)
     return out
 
 

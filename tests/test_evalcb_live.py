@@ -6,14 +6,18 @@ For every tiny model (F16 and F32 cache logs) and the real SmolLM2 and Qwen2.5-0
 - layer 0's Q/K/V projections (the first matrix products, fed by inputs that are bit-identical) agree
   within 1e-5 relative for every weight type: this checks each quantized dot kernel and the activation
   quantization against llama.cpp's;
-- F32 weights with an F32 cache agree within 1e-5 relative on every tensor;
-- elsewhere the bounds below hold. They are measured (max over the files, with ~1.5x margin) and come
-  from one mechanism: float additions in another order (ggml's SIMD lanes and tiled batch kernels vs our
-  loops) move values by ~1e-7 relative; where such a value is then rounded to F16 (KV cache, q) or to an
-  int8 activation block (Q8_0/Q8_1/Q8_K), a value sitting at a rounding boundary flips by one step, and
-  that step (~1/127 of the block's largest value) propagates. Random-weight models with flat logits and
-  the 30-layer real models show the largest effect; llama.cpp's own batched vs single-token evaluations
-  differ by up to 0.4 in the real models' logits (fixtures README section 5).
+- every other file agrees on every tensor, sums and printed values, within the default 1e-4 of
+  `eval-callback diff` (a clean verdict), except the files listed in NOT_CLEAN. Clean means we compute in
+  ggml's x86 float order: the integer dot products are exact and, for F32, BF16, Q4_1, Q5_0, Q5_1 and Q8_0
+  weights, the per-block float arithmetic follows ggml's AVX2 kernels (kernels/quants/q32.py), so sums agree
+  to the 6 printed decimals (measured worst 1.6e-5 relative over the clean files, 3.5e-7 for SmolLM2).
+- NOT_CLEAN files use kernels whose x86 float order we have not ported (the tinyBLAS F16 gemm for F16
+  weights, the repacked Q4_K 8x8 gemm, tinyBLAS for Q5_0/Q8_0 batches in Qwen2.5-0.5B, Q6_K's AVX2 order):
+  there a float addition in another order moves a value by ~1e-7 relative; where that value is then
+  rounded to F16 (KV cache, q) or to an int8 activation block (Q8_0/Q8_1/Q8_K), a value at a rounding
+  boundary flips by one step and the step propagates. Their bounds are the measured worst relative sum
+  difference with ~1.5x margin; llama.cpp's own batched vs single-token evaluations differ by up to 0.4 in
+  the real models' logits (fixtures README section 5).
 """
 
 from __future__ import annotations
@@ -30,10 +34,15 @@ from synapse_cli.evalcb import TraceRecorder, diff_traces, load_trace
 TINY_LOGS = sorted((FIXTURES / "tiny" / "evalcb").glob("*.log"))
 REAL_LOGS = [p for p in sorted((FIXTURES / "real" / "evalcb").glob("*.log")) if "1.5b" not in p.name]
 
-# worst relative sum difference over all tensors, measured per file kind (see module docstring)
-BOUND_TINY_F32_KVF32 = 1e-5
-BOUND_TINY = 3e-2
-BOUND_REAL = 0.15
+# file stem -> bound on the relative sum difference of every tensor (measured worst x ~1.5, docstring)
+NOT_CLEAN = {
+    "tiny-llama-F16__pub__kvf16": 5e-4,            # measured 2.9e-4
+    "tiny-llama-F16__pub__kvf32": 1.3e-3,          # 8.5e-4
+    "tiny-llama-Q6_K__pub__kvf16": 1.5e-2,         # 9.8e-3
+    "tiny-mistral3-Q4_K_M__pub__kvf32": 2e-2,      # 1.3e-2
+    "tiny-qwen2-Q4_K_M__pub__kvf16": 3e-5,         # 1.4e-5 (one tensor's printed values beyond 1e-4)
+    "qwen2.5-coder-0.5b-instruct-awq-q4_k_m__pub": 0.15,  # 0.11
+}
 FIRST_PROJECTIONS = ("Qcur-0", "Kcur-0", "Vcur-0")
 
 
@@ -44,37 +53,37 @@ def _trace(model: Path, prompt: str, cache: str):
     return rec.records
 
 
-def _check(ours, log: Path, bound: float):
+def _check(ours, log: Path):
     theirs = load_trace(log)
     # structure: names, ops, shapes, every occurrence
     assert [(r.name, r.op, r.ne) for r in ours] == [(r.name, r.op, r.ne) for r in theirs]
-    d = diff_traces(ours, theirs, tolerance=bound, occurrence="all")
+    bound = NOT_CLEAN.get(log.stem)
+    d = diff_traces(ours, theirs, tolerance=bound or 1e-4, occurrence="all")
     assert not d.only_a and not d.only_b
     proj = [t for t in d.tensors if t.name in FIRST_PROJECTIONS and t.op == "MUL_MAT"]
     assert len(proj) == 3
     for t in proj:
         assert t.rel_diff is not None and t.rel_diff <= 1e-5, f"{t.name}: rel {t.rel_diff:.2e}"
-    # exact classes also compare every printed value (within 1e-4 + bound * |v|); the others their sums
-    exact = bound <= 1e-5
-    bad = [(t.name, t.occurrence, t.rel_diff, t.note) for t in d.compared
-           if (not t.within if exact else t.rel_diff > bound)]
-    assert not bad, f"{len(bad)} tensors beyond {bound}: first {bad[0]}"
+    if bound is None:  # a clean verdict: every sum and every printed value within the default tolerance
+        assert d.first_divergence is None and d.n_within == len(d.compared), \
+            f"first divergence {d.first_divergence}; {d.n_within} of {len(d.compared)} within 1e-4"
+    else:
+        bad = [(t.name, t.occurrence, t.rel_diff) for t in d.compared if t.rel_diff > bound]
+        assert not bad, f"{len(bad)} tensors beyond {bound}: first {bad[0]}"
 
 
 @pytest.mark.parametrize("log", TINY_LOGS, ids=lambda p: p.stem)
 def test_tiny_trace_matches_llama_eval_callback(log):
     stem = log.name.split("__")[0]
     cache = "f32" if "kvf32" in log.name else "f16"
-    ours = _trace(FIXTURES / "tiny" / "models" / f"{stem}.gguf", "Hello world, the quick brown fox", cache)
-    bound = BOUND_TINY_F32_KVF32 if stem.endswith("-F32") and cache == "f32" else BOUND_TINY
-    _check(ours, log, bound)
+    _check(_trace(FIXTURES / "tiny" / "models" / f"{stem}.gguf", "Hello world, the quick brown fox", cache), log)
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.stem)
 def test_real_trace_matches_llama_eval_callback(log):
     model = real_model_path(log.name.split("__")[0] + ".gguf")
-    _check(_trace(model, "The capital of France is", "f16"), log, BOUND_REAL)
+    _check(_trace(model, "The capital of France is", "f16"), log)
 
 
 def test_cli_diff_live_against_log_exit_code():
@@ -89,3 +98,18 @@ def test_cli_diff_live_against_log_exit_code():
                                  "Hello world, the quick brown fox", "-t", "2", str(log)])
     assert r.exit_code == 0, r.output
     assert "no divergence" in r.output
+
+
+@pytest.mark.real
+def test_cli_diff_live_smollm2_clean_verdict():
+    """The README's example: SmolLM2 against llama.cpp's log of the same prompt, default tolerance."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    name = "SmolLM2-135M-Instruct.Q4_1"
+    r = CliRunner().invoke(cli, ["eval-callback", "diff", "--model", str(real_model_path(name + ".gguf")),
+                                 "--prompt", "The capital of France is",
+                                 str(FIXTURES / "real" / "evalcb" / f"{name}__pub.log")])
+    assert r.exit_code == 0, r.output[-2000:]
+    assert "no divergence; 876 of 876 tensors within 1e-4" in r.output

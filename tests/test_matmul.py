@@ -1,4 +1,4 @@
-"""kernels.matmul: gemv/gemm against the slow generic-order reference (bit for bit), gemm == gemv rows,
+"""kernels.matmul: gemv/gemm against the slow reference (bit for bit, in ggml's generic or x86 order), gemm == gemv rows,
 thread-count independence, agreement with float64 dequantize(W) @ x within the activation-quantization error,
 get_rows, and bad input."""
 
@@ -16,6 +16,7 @@ import pytest
 import quant_reference as R
 from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType as G
+from kernels.quants._simd import HAS_AVX2
 from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
 from synapse_cli.errors import ModelError
 from synapse_cli.gguf import GGUFReader
@@ -30,6 +31,9 @@ FIXTURE_FILE = {G.F32: "tiny-llama-F32.gguf", G.F16: "tiny-llama-F16.gguf", G.BF
                 G.Q5_1: "tiny-llama-Q5_1.gguf", G.Q8_0: "tiny-llama-Q8_0.gguf", G.Q4_K: "tiny-llama-Q4_K_M.gguf",
                 G.Q6_K: "tiny-llama-Q6_K.gguf"}
 ids = [t.name for t in TYPES]
+# the fast kernels follow ggml's x86 AVX2 float order where it differs from the generic C (Q4_1, Q5_1, Q5_0,
+# Q8_0; see kernels/quants/q32.py); the portable scalar kernels follow the generic C
+FLAVOUR = "x86" if HAS_AVX2 else "generic"
 
 
 def _weight(t, N, K, seed):
@@ -52,7 +56,7 @@ def test_matches_generic_reference_bitwise(t):
     K, N, T = 512, 13, 5
     raw, w = _weight(t, N, K, 100 + int(t))
     x = _x(T, K, 200 + int(t))
-    ref = R.matmul(t, raw, x)
+    ref = R.matmul(t, raw, x, FLAVOUR)
     gemm = _run(w, x)
     assert np.array_equal(gemm, ref), f"max diff {np.abs(gemm - ref).max()}"
     for i in range(T):  # gemv path (T == 1) gives the same rows bit for bit
@@ -69,7 +73,7 @@ def test_fixture_tensor_matches_reference(t):
     K = tensor.ne[0]
     w = Weight(t, np.ascontiguousarray(rows).reshape(-1), K, rows.shape[0], name=tensor.name)
     x = _x(3, K, 5) * 0.5
-    assert np.array_equal(_run(w, x), R.matmul(t, rows, x))
+    assert np.array_equal(_run(w, x), R.matmul(t, rows, x, FLAVOUR))
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
@@ -92,7 +96,7 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
     raw, w = _weight(t, N, K, 500 + int(t) + N)
     x = _x(T, K, 600 + int(t) + T)
     gemm = _run(w, x)
-    assert np.array_equal(gemm, R.matmul(t, raw, x))
+    assert np.array_equal(gemm, R.matmul(t, raw, x, FLAVOUR))
     for i in (0, 31, 32, T - 1):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
@@ -249,12 +253,12 @@ def test_matmul_many_equals_reference_and_matmul(t):
         outs = [np.full((T, w.ne1), np.nan, np.float32) for _, w in ws]
         assert matmul_many([w for _, w in ws], xt, outs) is not None
         for (raw, w), o in zip(ws, outs):
-            assert np.array_equal(o, R.matmul(t, raw, xt)), f"T={T} N={w.ne1}"
+            assert np.array_equal(o, R.matmul(t, raw, xt, FLAVOUR)), f"T={T} N={w.ne1}"
             assert np.array_equal(o, _run(w, xt))
     # 1-D x / out as in matmul
     outs = [np.empty(w.ne1, np.float32) for _, w in ws[:2]]
     matmul_many([w for _, w in ws[:2]], x[0], outs)
-    assert np.array_equal(outs[1], R.matmul(t, ws[1][0], x[:1])[0])
+    assert np.array_equal(outs[1], R.matmul(t, ws[1][0], x[:1], FLAVOUR)[0])
 
 
 def test_matmul_many_mixed_types():
@@ -267,7 +271,7 @@ def test_matmul_many_mixed_types():
         outs = [np.full((1, w.ne1), np.nan, np.float32) for _, w in ws]
         matmul_many([w for _, w in ws], x, outs)
         for t, (raw, w), o in zip(types_, ws, outs):
-            assert np.array_equal(o, R.matmul(t, raw, x)), t.name
+            assert np.array_equal(o, R.matmul(t, raw, x, FLAVOUR)), t.name
 
 
 def test_matmul_many_bad_input():

@@ -54,11 +54,11 @@ def _model(path: Path) -> Model:
     return _models[key]
 
 
-def _run_forced(model: Model, rec: dict, cache: str) -> list[np.ndarray]:
+def _run_forced(model: Model, rec: dict, cache: str, batch_invariant: bool = True) -> list[np.ndarray]:
     """Logits after the prompt batch, then after each recorded generated id (teacher forcing)."""
     s = rec["settings"]
     ctx = Context(model, n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                  cache_type_k=cache, cache_type_v=cache, n_threads=2)
+                  cache_type_k=cache, cache_type_v=cache, n_threads=2, batch_invariant=batch_invariant)
     out = [ctx.decode(rec["prompt_ids"]).copy()]
     for tok in rec["generated_ids"][:-1]:
         out.append(ctx.decode([tok]).copy())
@@ -119,6 +119,22 @@ def test_real_greedy(path):
             gap = top5[0][1] - top5[1][1]
             assert gap <= LLAMA_NOISE, f"step {step}: argmax {ours} != {theirs} although llama.cpp's top-2 gap {gap:.3g} > its noise"
     assert float(np.median(worst)) <= LLAMA_NOISE
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("path", [p for p in REAL_GREEDY if p.name.startswith("SmolLM2")], ids=lambda p: p.stem)
+def test_smollm2_logits_bit_exact_in_llama_batch_order(path):
+    """SmolLM2 (Q4_1 weights, Q8_0 output) uses only kernels whose x86 float order we follow (ggml's AVX2
+    q4_1_q8_1 / q8_0_q8_0 dots, tinyBLAS F16 attention for the prompt batch, the AVX-512 expf): evaluated in
+    llama.cpp's batch order (batch_invariant=False, as eval-callback runs), every recorded top-5 logit of
+    every step equals llama.cpp's bit for bit, F16 and F32 cache, and so do the generated ids."""
+    rec = json.loads(path.read_text())
+    cache = "f32" if path.stem.endswith("kvf32") else "f16"
+    logits = _run_forced(_model(real_model_path(rec["model"])), rec, cache, batch_invariant=False)
+    for step, (top5, lg) in enumerate(zip(rec["top5"], logits)):
+        ids = [t[0] for t in top5]
+        assert lg[ids].tolist() == [np.float32(t[1]).item() for t in top5], f"step {step}"
+        assert int(np.argmax(lg)) == rec["generated_ids"][step]
 
 
 def test_tokenized_prompts_match():

@@ -11,7 +11,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                mul32, splat*, pair16, qh_lo/qh_hi (Q5 bit expansion), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without)
-    float      cvt_f32, fadd, fmul, fsub (lane-wise IEEE float32, never fused), lanef
+    float      cvt_f32, fadd, fmul, fsub (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
 equal ggml's; float operations are lane-wise in ggml's order. The x86 instructions need AVX2 (`HAS_AVX2`);
@@ -244,6 +244,18 @@ mul32 = _make_binop(V8I32, "mul")
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")
 fsub = _make_binop(V8F32, "fsub")
+
+
+@intrinsic
+def ffma(typingctx, a, b, c):
+    """a*b + c lane-wise with ONE rounding (llvm.fma.v8f32 -> vfmadd): ggml's _mm256_fmadd_ps."""
+    if a != V8F32 or b != V8F32 or c != V8F32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.v8f32", V8F32.llvm_type(), list(args))
+
+    return V8F32(a, b, c), codegen
 
 
 def _make_shift16(op: str):

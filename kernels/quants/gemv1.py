@@ -93,28 +93,30 @@ def _q32_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out
 
 
 @jit
-def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, out, pf):
-    """Groups [g0, g1) of 8 rows of one repacked weight (constants as in each format module)."""
+def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
+    """Groups [g0, g1) of 8 rows of one repacked weight (constants as in each format module); asum / asum4:
+    activation sums per block (generic-order Q4_0) / per 4 (x86-order Q5_0, Q8_0)."""
     if VQ8_1:
         if F == 0:    # Q4_1
-            _q32_span(w, g0, g1, 160, -1, 32, True, 0, 3, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 160, -1, 32, True, 0, 5, False, qa, yd, ys, asum, out, pf)
         else:         # Q5_1
-            _q32_span(w, g0, g1, 192, 32, 64, True, 0, 3, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 192, 32, 64, True, 0, 5, False, qa, yd, ys, asum, out, pf)
     else:
         if F == 0:    # Q4_0
             _q32_span(w, g0, g1, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out, pf)
         elif F == 1:  # Q5_0
-            _q32_span(w, g0, g1, 176, 16, 48, False, 16, 1, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 176, 16, 48, False, 16, 4, False, qa, yd, ys, asum4, out, pf)
         else:         # Q8_0
-            _q32_span(w, g0, g1, 272, -1, 16, False, 128, 2, True, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 272, -1, 16, False, 128, 4, True, qa, yd, ys, asum4, out, pf)
 
 
 @jit
 def _block_sums_row(qa, asum):
-    for b in range(qa.shape[1] // QK):
+    n = qa.shape[1] // asum.shape[1]
+    for b in range(asum.shape[1]):
         s = np.int32(0)
-        for j in range(QK):
-            s += np.int32(qa[0, QK * b + j])
+        for j in range(n):
+            s += np.int32(qa[0, n * b + j])
         asum[0, b] = s
 
 
@@ -131,14 +133,15 @@ def gemv_many_q8_1(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     s16 = np.empty((1, nb), np.uint16)
     ys = np.empty((1, nb), np.float32)
     asum = np.zeros((1, nb), np.int32)  # unused by Q4_1 / Q5_1 (SUB = 0)
+    asum4 = np.zeros((1, K // 4), np.int32)
     q8_1_x86_row(x, 0, qa, d16, yd, s16, ys)
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _q32_rows(F, True, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, ys, asum, o0, pf)
-        _q32_rows(F, True, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, ys, asum, o1, pf)
-        _q32_rows(F, True, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, ys, asum, o2, pf)
+        _q32_rows(F, True, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, ys, asum, asum4, o0, pf)
+        _q32_rows(F, True, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, ys, asum, asum4, o1, pf)
+        _q32_rows(F, True, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, ys, asum, asum4, o2, pf)
 
 
 @pjit
@@ -150,15 +153,17 @@ def gemv_many_q8_0(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     d16 = np.empty((1, nb), np.uint16)
     yd = np.empty((1, nb), np.float32)
     asum = np.empty((1, nb), np.int32)
+    asum4 = np.empty((1, K // 4), np.int32)
     q8_0_x86_row(x, 0, qa, d16, yd)
     _block_sums_row(qa, asum)
+    _block_sums_row(qa, asum4)
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _q32_rows(F, False, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, yd, asum, o0, pf)
-        _q32_rows(F, False, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, yd, asum, o1, pf)
-        _q32_rows(F, False, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, yd, asum, o2, pf)
+        _q32_rows(F, False, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, yd, asum, asum4, o0, pf)
+        _q32_rows(F, False, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, yd, asum, asum4, o1, pf)
+        _q32_rows(F, False, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, yd, asum, asum4, o2, pf)
 
 
 # ----------------------------------------------------------------------------------------- K-quants

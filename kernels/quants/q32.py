@@ -23,6 +23,20 @@ sequence of its format (MODE):
     2  Q8_0:        sumf += sumi * (dx * dy)
     3  Q4_1, Q5_1:  sumf += (dx * dy) * sumi + mx * sy
 
+x86 modes: ggml's AVX2 ggml_vec_dot_{q4_1_q8_1, q5_1_q8_1, q5_0_q8_0, q8_0_q8_0} (ggml-cpu/arch/x86/quants.c),
+which an x86 build of llama.cpp runs instead of the generic C. They do not form one int32 sum per block: the
+32 products land in 8 int32 lanes (lane j = elements 4j..4j+3: vpdpbusd / vpmaddubsw+vpmaddwd), each lane is
+converted to float and fused-multiply-added into its own float accumulator, and the 8 accumulators are added
+at the end (hsum_float_8):
+
+    4  Q5_0, Q8_0:  acc[j] = fma(dx * dy, (float)lane_j, acc[j]);  s = hsum_float_8(acc)
+    5  Q4_1, Q5_1:  the same, plus summs = fma(mx, sy, summs) (GCC contracts `summs += mx*sy`);
+                    s = hsum_float_8(acc) + summs
+
+Here chunk j of the interleaved layout (low nibbles for j < 4, high nibbles for j >= 4 in the 4-bit formats)
+is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8 rows' accumulators.
+Offset formats subtract SUB * (sum of the lane's 4 activations), per lane (asum has K/4 columns).
+
 Bounds: |block sums| <= 32*255*127 < 2^24 (exact float conversion, no int32 overflow).
 Each format module passes its constants (GB, QH, QS, HAS_M, SUB, MODE, Q8) to gemv_group / gemm_tile from
 its own prange kernels, so LLVM specialises the shared code per format.
@@ -34,7 +48,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, fmul, lanef, load32, load8_f16, load8xf32, or8,
+from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
                     store8xf32, sub32, zero32, zerof)
 
@@ -80,13 +94,14 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out):
 
 @pjit
 def block_sums(qs, asum):
-    """asum (T, K/32) int32: sum of each activation block's quants."""
+    """asum (T, K/n) int32 with n = K / asum.shape[1] (32: per block; 4: per x86 lane): sums of the quants."""
     T, K = qs.shape
+    n = K // asum.shape[1]
     for t in prange(T):
-        for b in range(K // QK):
+        for b in range(asum.shape[1]):
             s = np.int32(0)
-            for j in range(QK):
-                s += np.int32(qs[t, QK * b + j])
+            for j in range(n):
+                s += np.int32(qs[t, n * b + j])
             asum[t, b] = s
 
 
@@ -131,14 +146,77 @@ def _combine(sumf, acc, SUB, asum_tb, MODE, w, o, HAS_M, dy, sy):
 
 
 @jit
+def _lane(w, o, j, qa, oa, QH, QS, Q8, SUB, a4, m0f):
+    """int32 vector, lane r = row r's AVX lane j of the block at o: sum over elements 4j..4j+3."""
+    if Q8:
+        q = load32(w, o + QS + 32 * j)
+    else:
+        c = load32(w, o + QS + 32 * (j % 4))
+        if j < 4:
+            q = and8(c, m0f)
+            if QH >= 0:
+                q = or8(q, qh_lo(load32(w, o + QH), j))
+        else:
+            q = and8(srl16(c, 4), m0f)
+            if QH >= 0:
+                q = or8(q, qh_hi(load32(w, o + QH), j - 4))
+    v = dpbusd(zero32(), q, bcast4(qa, oa + 4 * j))
+    if SUB != 0:
+        v = sub32(v, splat32(SUB * a4))
+    return v
+
+
+@jit
+def rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f):
+    """x86-mode dot products of the 8 rows of the group at byte go with token t (modes 4 and 5 above):
+    <8 x float>, lane r = row r."""
+    K = qa.shape[1]
+    A0 = zerof()
+    A1 = zerof()
+    A2 = zerof()
+    A3 = zerof()
+    A4 = zerof()
+    A5 = zerof()
+    A6 = zerof()
+    A7 = zerof()
+    summs = zerof()
+    for b in range(K // QK):
+        o = go + b * GB
+        oa = t * K + QK * b
+        a = 8 * b
+        d = fmul(load8_f16(w, o), splatf(yd[t, b]))
+        if HAS_M:
+            summs = ffma(load8_f16(w, o + 16), splatf(ys[t, b]), summs)
+        A0 = ffma(d, cvt_f32(_lane(w, o, 0, qa, oa, QH, QS, Q8, SUB, asum[t, a], m0f)), A0)
+        A1 = ffma(d, cvt_f32(_lane(w, o, 1, qa, oa, QH, QS, Q8, SUB, asum[t, a + 1], m0f)), A1)
+        A2 = ffma(d, cvt_f32(_lane(w, o, 2, qa, oa, QH, QS, Q8, SUB, asum[t, a + 2], m0f)), A2)
+        A3 = ffma(d, cvt_f32(_lane(w, o, 3, qa, oa, QH, QS, Q8, SUB, asum[t, a + 3], m0f)), A3)
+        A4 = ffma(d, cvt_f32(_lane(w, o, 4, qa, oa, QH, QS, Q8, SUB, asum[t, a + 4], m0f)), A4)
+        A5 = ffma(d, cvt_f32(_lane(w, o, 5, qa, oa, QH, QS, Q8, SUB, asum[t, a + 5], m0f)), A5)
+        A6 = ffma(d, cvt_f32(_lane(w, o, 6, qa, oa, QH, QS, Q8, SUB, asum[t, a + 6], m0f)), A6)
+        A7 = ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, QH, QS, Q8, SUB, asum[t, a + 7], m0f)), A7)
+    # hsum_float_8: (a4 + a0) + (a6 + a2), (a5 + a1) + (a7 + a3), then their sum
+    s = fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))
+    if HAS_M:
+        s = fadd(s, summs)
+    return s
+
+
+@jit
 def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
-    int32 -> out (1, N)."""
+    int32 (K/4 in the x86 modes) -> out (1, N)."""
     N = out.shape[1]
     gb = w.shape[1]
     nb = qa.shape[1] // QK
     m0f = splat8(15)
     prefetch_span(w, (g + 1) * gb, gb)  # next group (see _simd.prefetch_span)
+    if MODE >= 4:
+        s = rows8_x86(w, g * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, m0f)
+        for r in range(G):
+            if G * g + r < N:
+                out[0, G * g + r] = lanef(s, r)
+        return
     sumf = zerof()
     for b in range(nb):
         o = g * gb + b * GB
@@ -172,8 +250,17 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     t1 = min(T, t0 + TOK_TILE)
     g0 = r0 // G
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
-    sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
     m0f = splat8(15)
+    if MODE >= 4:  # x86 modes: 8 accumulators per row; the group's weights stay in L1 across the tokens
+        for gi in range(n_groups):
+            for t in range(t0, t1):
+                s = rows8_x86(w, (g0 + gi) * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f)
+                for r in range(G):
+                    n = r0 + G * gi + r
+                    if n < N:
+                        out[t, n] = lanef(s, r)
+        return
+    sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
     for b in range(nb):
         for gi in range(n_groups):
             o = (g0 + gi) * gb + b * GB
@@ -246,10 +333,11 @@ def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8):
     return (out,)
 
 
-def matmul_fast(gemv, gemm, SUB, packed, a, out):
-    """Dispatch for a format module's gemv / gemm kernels (signature (w, qa, yd, ys, asum, out))."""
+def matmul_fast(gemv, gemm, SUB, packed, a, out, lanes=False):
+    """Dispatch for a format module's gemv / gemm kernels (signature (w, qa, yd, ys, asum, out)); lanes: an x86
+    mode (activation sums per 4 instead of per 32)."""
     T = a.qs.shape[0]
-    asum = np.zeros((T, a.qs.shape[1] // QK), np.int32)
+    asum = np.zeros((T, a.qs.shape[1] // (4 if lanes else QK)), np.int32)
     if SUB:
         block_sums(a.qs, asum)
     ys = a.s if a.s is not None else a.d

@@ -79,7 +79,7 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=176 bytes per group-block, QH=16, QS=48, HAS_M=False, SUB=16, MODE=1, Q8=False
+# GB=176 bytes per group-block, QH=16, QS=48, HAS_M=False, SUB=16, MODE=4 (x86 order), Q8=False
 
 
 def _pack_fast(raw, K):
@@ -89,17 +89,17 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 176, 16, 48, False, 16, 1, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 176, 16, 48, False, 16, 4, False, qa, yd, ys, asum, out)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 176, 16, 48, False, 16, 1, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 176, 16, 48, False, 16, 4, False, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):
-    q32.matmul_fast(_gemv, _gemm, 16, packed, a, out)
+    q32.matmul_fast(_gemv, _gemm, 16, packed, a, out, lanes=True)
 
 
 _mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)

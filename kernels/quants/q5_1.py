@@ -81,7 +81,7 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=192 bytes per group-block, QH=32, QS=64, HAS_M=True, SUB=0, MODE=3, Q8=False
+# GB=192 bytes per group-block, QH=32, QS=64, HAS_M=True, SUB=0, MODE=5 (x86 order), Q8=False
 
 
 def _pack_fast(raw, K):
@@ -91,17 +91,17 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 192, 32, 64, True, 0, 3, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 192, 32, 64, True, 0, 5, False, qa, yd, ys, asum, out)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 192, 32, 64, True, 0, 3, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 192, 32, 64, True, 0, 5, False, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):
-    q32.matmul_fast(_gemv, _gemm, 0, packed, a, out)
+    q32.matmul_fast(_gemv, _gemm, 0, packed, a, out, lanes=True)
 
 
 _mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
