@@ -827,3 +827,139 @@ def _make_perm32_store(flip: bool):
 
 perm32_store = _make_perm32_store(False)       # Q8_K quants in kquants.PERM order
 perm32_flip_store = _make_perm32_store(True)   # the same, as unsigned q + 128
+
+
+# 512-bit pieces of the x86-order gemv/gemm of the 32-weight formats (q32.rows16_x86_z): one zmm holds one AVX
+# lane of 16 interleaved rows; the wide intrinsics that need no memory operand above work on them too.
+V16F32 = Vec("f", 32, 16)
+
+
+@intrinsic
+def bcast4z(typingctx, arr, offset):
+    """The 4 bytes at `offset` repeated 16 times (<64 x i8>, vpbroadcastd / an embedded {1to16} broadcast)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, _i32.as_pointer()), align=1)
+        return builder.bitcast(_splat(builder, v, ir.VectorType(_i32, 16)), V64I8.llvm_type())
+
+    return V64I8(arr, offset), codegen
+
+
+@intrinsic
+def splat32z(typingctx, x):
+    """<16 x i32> = x."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _splat(builder, context.cast(builder, args[0], sig.args[0], types.int32), V16I32.llvm_type())
+
+    return V16I32(x), codegen
+
+
+@intrinsic
+def splatfz(typingctx, x):
+    """<16 x float> = x."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), V16F32.llvm_type())
+
+    return V16F32(x), codegen
+
+
+@intrinsic
+def load16_f16(typingctx, arr, offset):
+    """16 fp16 at byte offset -> <16 x float> (exact, vcvtph2ps zmm)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        h = builder.load(builder.bitcast(p, ir.VectorType(ir.HalfType(), 16).as_pointer()), align=1)
+        return builder.fpext(h, V16F32.llvm_type())
+
+    return V16F32(arr, offset), codegen
+
+
+@intrinsic
+def dpbusd_z(typingctx, acc, u, s):
+    """acc + 4-byte-group u8 x s8 sums, zmm (vpdpbusd; callers check HAS_VNNI512)."""
+    if acc != V16I32 or u != V64I8 or s != V64I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        t = V16I32.llvm_type()
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", t,
+                     [args[0], builder.bitcast(args[1], t), builder.bitcast(args[2], t)])
+
+    return V16I32(acc, u, s), codegen
+
+
+@intrinsic
+def cvt_f32z(typingctx, a):
+    """<16 x i32> -> <16 x float> (exact below 2^24)."""
+    if a != V16I32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.sitofp(args[0], V16F32.llvm_type())
+
+    return V16F32(a), codegen
+
+
+@intrinsic
+def ffma_z(typingctx, a, b, c):
+    """a*b + c on 16 float lanes, one rounding (vfmadd zmm)."""
+    if a != V16F32 or b != V16F32 or c != V16F32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _call(builder, "llvm.fma.v16f32", V16F32.llvm_type(), list(args))
+
+    return V16F32(a, b, c), codegen
+
+
+fadd_z = _make_wide_binop(V16F32, "fadd")
+fmul_z = _make_wide_binop(V16F32, "fmul")
+zero16f = _make_zero(V16F32)
+lanef_z = _make_lane(V16F32, types.float32)
+
+
+def _make_qh_expand_z(shift_base: int):
+    @intrinsic
+    def expand(typingctx, v, j):
+        """qh_lo / qh_hi for 16 interleaved rows (a 64-byte vector of 4-byte row lanes)."""
+        if v != V64I8 or not isinstance(j, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            w32 = ir.VectorType(_i32, 16)
+            v32 = builder.bitcast(args[0], w32)
+            sh = builder.mul(context.cast(builder, args[1], sig.args[1], types.int32), ir.Constant(_i32, 8))
+            v32 = builder.lshr(v32, _splat(builder, sh, w32))
+            b = builder.bitcast(v32, V64I8.llvm_type())
+            rep = builder.shuffle_vector(b, b, ir.Constant(ir.VectorType(_i32, 64), [4 * (k // 4) for k in range(64)]))
+            bits = builder.and_(rep, ir.Constant(V64I8.llvm_type(), [1 << (shift_base + k % 4) for k in range(64)]))
+            nz = builder.icmp_unsigned("!=", bits, ir.Constant(V64I8.llvm_type(), None))
+            return builder.select(nz, ir.Constant(V64I8.llvm_type(), [16] * 64), ir.Constant(V64I8.llvm_type(), None))
+
+        return V64I8(v, j), codegen
+
+    return expand
+
+
+qh_lo_z = _make_qh_expand_z(0)
+qh_hi_z = _make_qh_expand_z(4)

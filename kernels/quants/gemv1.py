@@ -46,6 +46,7 @@ from .activations import q8_0_x86_row, q8_1_x86_row, q8_K_row
 from .kquants import PERM
 
 QK = 32
+XS = q32.XS  # x86-order formats: layout constants of 8-row groups times XS (see q32.py)
 
 
 @intrinsic
@@ -98,16 +99,16 @@ def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
     activation sums per block (generic-order Q4_0) / per 4 (x86-order Q5_0, Q8_0)."""
     if VQ8_1:
         if F == 0:    # Q4_1
-            _q32_span(w, g0, g1, 160, -1, 32, True, 0, 5, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 160 * XS, -1, 32 * XS, True, 0, 5, False, qa, yd, ys, asum, out, pf)
         else:         # Q5_1
-            _q32_span(w, g0, g1, 192, 32, 64, True, 0, 5, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 192 * XS, 32 * XS, 64 * XS, True, 0, 5, False, qa, yd, ys, asum, out, pf)
     else:
         if F == 0:    # Q4_0
             _q32_span(w, g0, g1, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out, pf)
         elif F == 1:  # Q5_0
-            _q32_span(w, g0, g1, 176, 16, 48, False, 16, 4, False, qa, yd, ys, asum4, out, pf)
+            _q32_span(w, g0, g1, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum4, out, pf)
         else:         # Q8_0
-            _q32_span(w, g0, g1, 272, -1, 16, False, 128, 4, True, qa, yd, ys, asum4, out, pf)
+            _q32_span(w, g0, g1, 272 * XS, -1, 16 * XS, False, 128, 4, True, qa, yd, ys, asum4, out, pf)
 
 
 @jit

@@ -48,24 +48,29 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
+from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
+                    load64, or64, qh_hi_z, qh_lo_z, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
                     store8xf32, sub32, zero32, zerof)
 
 QK = 32
-G = 8  # rows per interleaved group
+G = 8  # rows per interleaved group (generic modes)
+XG = 16 if HAS_VNNI512 else 8  # rows per group in the x86 modes: one zmm (AVX512-VNNI) or ymm per lane
+XS = XG // G  # the x86 modes' layout constants are the 8-row ones times XS
 
 
 # ----------------------------------------------------------------------------------------- repack
 
 @pjit
-def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out):
-    """raw (N, nb*BB) GGUF blocks -> out (ceil(N/8), nb*GB); rows past N repeat row N-1."""
+def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
+    """raw (N, nb*BB) GGUF blocks -> out (ceil(N/R), nb*GB) in groups of R rows (8 or 16): per group-block
+    d at [0, 2R), m at [2R, 4R), Q5 bits at QH + 4r, chunk j at QS + 4R*j + 4r; rows past N repeat row N-1."""
     N = raw.shape[0]
     nb = raw.shape[1] // BB
     for g in prange(out.shape[0]):
-        for r in range(G):
-            n = min(G * g + r, N - 1)
+        for r in range(R):
+            n = min(R * g + r, N - 1)
             row = raw[n]
             for b in range(nb):
                 o = b * BB
@@ -73,8 +78,8 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out):
                 out[g, q + 2 * r] = row[o]
                 out[g, q + 2 * r + 1] = row[o + 1]
                 if M_RAW >= 0:
-                    out[g, q + 16 + 2 * r] = row[o + M_RAW]
-                    out[g, q + 17 + 2 * r] = row[o + M_RAW + 1]
+                    out[g, q + 2 * R + 2 * r] = row[o + M_RAW]
+                    out[g, q + 2 * R + 2 * r + 1] = row[o + M_RAW + 1]
                 if QH_RAW >= 0:
                     qh = (np.uint32(row[o + QH_RAW]) | (np.uint32(row[o + QH_RAW + 1]) << 8)
                           | (np.uint32(row[o + QH_RAW + 2]) << 16) | (np.uint32(row[o + QH_RAW + 3]) << 24))
@@ -85,11 +90,11 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out):
                 if Q8:
                     for j in range(8):
                         for k in range(4):
-                            out[g, q + QS + 32 * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k] ^ np.uint8(0x80)
+                            out[g, q + QS + 4 * R * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k] ^ np.uint8(0x80)
                 else:
                     for j in range(4):
                         for k in range(4):
-                            out[g, q + QS + 32 * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k]
+                            out[g, q + QS + 4 * R * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k]
 
 
 @pjit
@@ -203,6 +208,98 @@ def rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f):
 
 
 @jit
+def _init_z(SUB, a4):
+    """vpdpbusd's starting value: the offset correction -SUB * (sum of the lane's 4 activations)."""
+    return splat32z(-SUB * a4) if SUB != 0 else zero16x32()
+
+
+@jit
+def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
+    """rows8_x86 for the 16 rows of the group at byte go (layout constants x2), one zmm per AVX lane
+    (AVX512-VNNI): <16 x float>, lane r = row r. Written out per lane so that LLVM keeps it in registers."""
+    K = qa.shape[1]
+    m0f = splat8z(15)
+    Z0 = zero16f()
+    Z1 = zero16f()
+    Z2 = zero16f()
+    Z3 = zero16f()
+    Z4 = zero16f()
+    Z5 = zero16f()
+    Z6 = zero16f()
+    Z7 = zero16f()
+    summs = zero16f()
+    for b in range(K // QK):
+        o = go + b * GB
+        oa = t * K + QK * b
+        a = 8 * b
+        d = fmul_z(load16_f16(w, o), splatfz(yd[t, b]))
+        if HAS_M:
+            summs = ffma_z(load16_f16(w, o + 32), splatfz(ys[t, b]), summs)
+        if Q8:  # chunk j = lane j
+            q0 = load64(w, o + QS)
+            q1 = load64(w, o + QS + 64)
+            q2 = load64(w, o + QS + 128)
+            q3 = load64(w, o + QS + 192)
+            q4 = load64(w, o + QS + 256)
+            q5 = load64(w, o + QS + 320)
+            q6 = load64(w, o + QS + 384)
+            q7 = load64(w, o + QS + 448)
+        else:   # chunk j: low nibbles = lane j, high nibbles = lane j + 4
+            c0 = load64(w, o + QS)
+            c1 = load64(w, o + QS + 64)
+            c2 = load64(w, o + QS + 128)
+            c3 = load64(w, o + QS + 192)
+            q0 = and64(c0, m0f)
+            q1 = and64(c1, m0f)
+            q2 = and64(c2, m0f)
+            q3 = and64(c3, m0f)
+            q4 = and64(srl16x2(c0, 4, 4), m0f)
+            q5 = and64(srl16x2(c1, 4, 4), m0f)
+            q6 = and64(srl16x2(c2, 4, 4), m0f)
+            q7 = and64(srl16x2(c3, 4, 4), m0f)
+            if QH >= 0:
+                h = load64(w, o + QH)
+                q0 = or64(q0, qh_lo_z(h, 0))
+                q1 = or64(q1, qh_lo_z(h, 1))
+                q2 = or64(q2, qh_lo_z(h, 2))
+                q3 = or64(q3, qh_lo_z(h, 3))
+                q4 = or64(q4, qh_hi_z(h, 0))
+                q5 = or64(q5, qh_hi_z(h, 1))
+                q6 = or64(q6, qh_hi_z(h, 2))
+                q7 = or64(q7, qh_hi_z(h, 3))
+        Z0 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a]), q0, bcast4z(qa, oa))), Z0)
+        Z1 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 1]), q1, bcast4z(qa, oa + 4))), Z1)
+        Z2 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 2]), q2, bcast4z(qa, oa + 8))), Z2)
+        Z3 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 3]), q3, bcast4z(qa, oa + 12))), Z3)
+        Z4 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 4]), q4, bcast4z(qa, oa + 16))), Z4)
+        Z5 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 5]), q5, bcast4z(qa, oa + 20))), Z5)
+        Z6 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 6]), q6, bcast4z(qa, oa + 24))), Z6)
+        Z7 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 7]), q7, bcast4z(qa, oa + 28))), Z7)
+    # hsum_float_8 as in rows8_x86
+    s = fadd_z(fadd_z(fadd_z(Z4, Z0), fadd_z(Z6, Z2)), fadd_z(fadd_z(Z5, Z1), fadd_z(Z7, Z3)))
+    if HAS_M:
+        s = fadd_z(s, summs)
+    return s
+
+
+@jit
+def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out):
+    """x86 modes: out[t, rows of group g] for the XG rows of group g (w repacked with R = XG)."""
+    N = out.shape[1]
+    go = g * w.shape[1]
+    if XG == 16:
+        s16 = rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
+        for r in range(16):
+            if 16 * g + r < N:
+                out[t, 16 * g + r] = lanef_z(s16, r)
+    else:
+        s8 = rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, splat8(15))
+        for r in range(8):
+            if 8 * g + r < N:
+                out[t, 8 * g + r] = lanef(s8, r)
+
+
+@jit
 def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
     int32 (K/4 in the x86 modes) -> out (1, N)."""
@@ -211,11 +308,8 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     nb = qa.shape[1] // QK
     m0f = splat8(15)
     prefetch_span(w, (g + 1) * gb, gb)  # next group (see _simd.prefetch_span)
-    if MODE >= 4:
-        s = rows8_x86(w, g * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, m0f)
-        for r in range(G):
-            if G * g + r < N:
-                out[0, G * g + r] = lanef(s, r)
+    if MODE >= 4:  # x86 modes: groups of XG rows
+        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out)
         return
     sumf = zerof()
     for b in range(nb):
@@ -252,13 +346,9 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
     if MODE >= 4:  # x86 modes: 8 accumulators per row; the group's weights stay in L1 across the tokens
-        for gi in range(n_groups):
+        for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
             for t in range(t0, t1):
-                s = rows8_x86(w, (g0 + gi) * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f)
-                for r in range(G):
-                    n = r0 + G * gi + r
-                    if n < N:
-                        out[t, n] = lanef(s, r)
+                x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out)
         return
     sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
     for b in range(nb):
@@ -326,10 +416,10 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                     out[t, n] = sums[gi, t - t0, r]
 
 
-def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8):
+def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R=G):
     N, rb = raw.shape
-    out = np.empty(((N + G - 1) // G, rb // BB * GB), np.uint8)
-    repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, out)
+    out = np.empty(((N + R - 1) // R, rb // BB * GB), np.uint8)
+    repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out)
     return (out,)
 
 
