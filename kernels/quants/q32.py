@@ -1,6 +1,11 @@
 """Fast (AVX2) gemv/gemm shared by the 32-weight block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 
-Their generic dot products need one int32 sum per block (no lane order). Rows are repacked at load time in
+Which float order: Q4_0 follows ggml's generic C (mode 0 below; llama.cpp on x86 repacks Q4_0 into its
+q4_0_8x8 kernels, not ported); Q4_1, Q5_1, Q5_0 and Q8_0 follow the AVX2 kernels an x86 llama.cpp runs
+(modes 4, 5 below): measured against the fixtures, that order makes SmolLM2's eval-callback trace and greedy
+logits identical to llama.cpp's, where the generic order diverged from layer 3 on (README, "Agreement").
+
+The generic dot products need one int32 sum per block (no lane order). Rows are repacked at load time in
 groups of 8 ("8 rows x 4 bytes" interleave, like ggml's repacked q4_0_8x8 family), so that one vpdpbusd of a
 32-byte vector with a broadcast 4-byte activation group adds 4 products to the block sum of each of the 8 rows
 (int32 lane r = row r) - no horizontal sums. Per group of 8 rows and block b (GB bytes, same total size as
@@ -35,7 +40,10 @@ at the end (hsum_float_8):
 
 Here chunk j of the interleaved layout (low nibbles for j < 4, high nibbles for j >= 4 in the 4-bit formats)
 is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8 rows' accumulators.
-Offset formats subtract SUB * (sum of the lane's 4 activations), per lane (asum has K/4 columns).
+Offset formats subtract SUB * (sum of the lane's 4 activations), per lane (asum has K/4 columns), as the
+starting value of vpdpbusd. With AVX512-VNNI the x86 modes use groups of XG = 16 rows (every offset above
+times 2: d [0:32), m [32:64), chunks of 64 bytes), one zmm per lane (rows16_x86_z); without it, 8 rows
+and one ymm per lane (rows8_x86). The two give the same bits (the same operations per lane).
 
 Bounds: |block sums| <= 32*255*127 < 2^24 (exact float conversion, no int32 overflow).
 Each format module passes its constants (GB, QH, QS, HAS_M, SUB, MODE, Q8) to gemv_group / gemm_tile from
