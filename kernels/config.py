@@ -17,6 +17,9 @@ import numba  # noqa: E402
 
 # serial kernels (called from inside parallel ones, or small)
 jit = numba.njit(cache=True, fastmath=False, nogil=True)
+# small helpers inlined into their callers at numba-IR level (LLVM's inliner may leave a call whose vector
+# arguments then travel through memory)
+ijit = numba.njit(cache=True, fastmath=False, nogil=True, inline="always")
 # kernels with a prange over independent output rows
 pjit = numba.njit(cache=True, fastmath=False, nogil=True, parallel=True)
 

@@ -112,13 +112,14 @@ def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
 
 
 @jit
-def _block_sums_row(qa, asum):
+def _block_sums_row(qa, asum, scale):
+    """as q32.block_sums for one row"""
     n = qa.shape[1] // asum.shape[1]
     for b in range(asum.shape[1]):
         s = np.int32(0)
         for j in range(n):
             s += np.int32(qa[0, n * b + j])
-        asum[0, b] = s
+        asum[0, b] = np.int32(scale * s)
 
 
 @pjit
@@ -156,8 +157,8 @@ def gemv_many_q8_0(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     asum = np.empty((1, nb), np.int32)
     asum4 = np.empty((1, K // 4), np.int32)
     q8_0_x86_row(x, 0, qa, d16, yd)
-    _block_sums_row(qa, asum)
-    _block_sums_row(qa, asum4)
+    _block_sums_row(qa, asum, 1)                     # Q4_0 (generic order)
+    _block_sums_row(qa, asum4, -16 if F == 1 else -128)  # x86 order: -SUB * lane sums (Q5_0, Q8_0)
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0

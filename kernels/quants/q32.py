@@ -40,8 +40,8 @@ at the end (hsum_float_8):
 
 Here chunk j of the interleaved layout (low nibbles for j < 4, high nibbles for j >= 4 in the 4-bit formats)
 is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8 rows' accumulators.
-Offset formats subtract SUB * (sum of the lane's 4 activations), per lane (asum has K/4 columns), as the
-starting value of vpdpbusd. With AVX512-VNNI the x86 modes use groups of XG = 16 rows (every offset above
+Offset formats subtract SUB * (sum of the lane's 4 activations), per lane: asum (K/4 columns) holds
+-SUB * sum, the starting value of vpdpbusd (a broadcast load, no arithmetic in the loop). With AVX512-VNNI the x86 modes use groups of XG = 16 rows (every offset above
 times 2: d [0:32), m [32:64), chunks of 64 bytes), one zmm per lane (rows16_x86_z); without it, 8 rows
 and one ymm per lane (rows8_x86). The two give the same bits (the same operations per lane).
 
@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..config import jit, pjit
+from ..config import ijit, jit, pjit
 from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                     load64, or64, qh_hi_z, qh_lo_z, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
@@ -106,8 +106,9 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
 
 
 @pjit
-def block_sums(qs, asum):
-    """asum (T, K/n) int32 with n = K / asum.shape[1] (32: per block; 4: per x86 lane): sums of the quants."""
+def block_sums(qs, asum, scale):
+    """asum (T, K/n) int32 = scale * the sums of the quants, n = K / asum.shape[1] (32: per block, scale 1;
+    4: per x86 lane, scale -SUB: the lane's offset correction, ready to start vpdpbusd from)."""
     T, K = qs.shape
     n = K // asum.shape[1]
     for t in prange(T):
@@ -115,7 +116,7 @@ def block_sums(qs, asum):
             s = np.int32(0)
             for j in range(n):
                 s += np.int32(qs[t, n * b + j])
-            asum[t, b] = s
+            asum[t, b] = np.int32(scale * s)
 
 
 # ----------------------------------------------------------------------------------------- kernels
@@ -173,10 +174,7 @@ def _lane(w, o, j, qa, oa, QH, QS, Q8, SUB, a4, m0f):
             q = and8(srl16(c, 4), m0f)
             if QH >= 0:
                 q = or8(q, qh_hi(load32(w, o + QH), j - 4))
-    v = dpbusd(zero32(), q, bcast4(qa, oa + 4 * j))
-    if SUB != 0:
-        v = sub32(v, splat32(SUB * a4))
-    return v
+    return dpbusd(splat32(a4) if SUB != 0 else zero32(), q, bcast4(qa, oa + 4 * j))
 
 
 @jit
@@ -215,16 +213,70 @@ def rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f):
     return s
 
 
-@jit
+@ijit
 def _init_z(SUB, a4):
-    """vpdpbusd's starting value: the offset correction -SUB * (sum of the lane's 4 activations)."""
-    return splat32z(-SUB * a4) if SUB != 0 else zero16x32()
+    """vpdpbusd's starting value: the offset correction a4 = -SUB * (sum of the lane's 4 activations)."""
+    return splat32z(a4) if SUB != 0 else zero16x32()
+
+
+@ijit
+def _decode16(w, o, QH, QS, Q8, m0f):
+    """The 8 AVX lanes' quants of the 16 rows of the group-block at o: lane j = <64 x u8> (4 bytes per row)."""
+    if Q8:  # chunk j = lane j
+        return (load64(w, o + QS), load64(w, o + QS + 64), load64(w, o + QS + 128), load64(w, o + QS + 192),
+                load64(w, o + QS + 256), load64(w, o + QS + 320), load64(w, o + QS + 384), load64(w, o + QS + 448))
+    # chunk j: low nibbles = lane j, high nibbles = lane j + 4
+    c0 = load64(w, o + QS)
+    c1 = load64(w, o + QS + 64)
+    c2 = load64(w, o + QS + 128)
+    c3 = load64(w, o + QS + 192)
+    q0 = and64(c0, m0f)
+    q1 = and64(c1, m0f)
+    q2 = and64(c2, m0f)
+    q3 = and64(c3, m0f)
+    q4 = and64(srl16x2(c0, 4, 4), m0f)
+    q5 = and64(srl16x2(c1, 4, 4), m0f)
+    q6 = and64(srl16x2(c2, 4, 4), m0f)
+    q7 = and64(srl16x2(c3, 4, 4), m0f)
+    if QH >= 0:
+        h = load64(w, o + QH)
+        q0 = or64(q0, qh_lo_z(h, 0))
+        q1 = or64(q1, qh_lo_z(h, 1))
+        q2 = or64(q2, qh_lo_z(h, 2))
+        q3 = or64(q3, qh_lo_z(h, 3))
+        q4 = or64(q4, qh_hi_z(h, 0))
+        q5 = or64(q5, qh_hi_z(h, 1))
+        q6 = or64(q6, qh_hi_z(h, 2))
+        q7 = or64(q7, qh_hi_z(h, 3))
+    return (q0, q1, q2, q3, q4, q5, q6, q7)
+
+
+@ijit
+def _acc16(Z, d, q, qa, oa, SUB, asum, t, a):
+    """acc[j] = fma(d, (float)lane_j, acc[j]) for the 8 lanes of one block and token t (activations at oa)."""
+    return (ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a]), q[0], bcast4z(qa, oa))), Z[0]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 1]), q[1], bcast4z(qa, oa + 4))), Z[1]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 2]), q[2], bcast4z(qa, oa + 8))), Z[2]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 3]), q[3], bcast4z(qa, oa + 12))), Z[3]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 4]), q[4], bcast4z(qa, oa + 16))), Z[4]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 5]), q[5], bcast4z(qa, oa + 20))), Z[5]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 6]), q[6], bcast4z(qa, oa + 24))), Z[6]),
+            ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 7]), q[7], bcast4z(qa, oa + 28))), Z[7]))
+
+
+@ijit
+def _hsum16(Z, summs, HAS_M):
+    """hsum_float_8 lane-wise over the 16 rows: (a4 + a0) + (a6 + a2), (a5 + a1) + (a7 + a3), their sum
+    (+ summs for the formats with a minimum)."""
+    s = fadd_z(fadd_z(fadd_z(Z[4], Z[0]), fadd_z(Z[6], Z[2])), fadd_z(fadd_z(Z[5], Z[1]), fadd_z(Z[7], Z[3])))
+    return fadd_z(s, summs) if HAS_M else s
 
 
 @jit
 def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
     """rows8_x86 for the 16 rows of the group at byte go (layout constants x2), one zmm per AVX lane
-    (AVX512-VNNI): <16 x float>, lane r = row r. Written out per lane so that LLVM keeps it in registers."""
+    (AVX512-VNNI): <16 x float>, lane r = row r. Written out lane by lane (through the tuple helpers the
+    Q5 formats compiled ~1.5x slower)."""
     K = qa.shape[1]
     m0f = splat8z(15)
     Z0 = zero16f()
@@ -283,11 +335,32 @@ def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
         Z5 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 5]), q5, bcast4z(qa, oa + 20))), Z5)
         Z6 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 6]), q6, bcast4z(qa, oa + 24))), Z6)
         Z7 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 7]), q7, bcast4z(qa, oa + 28))), Z7)
-    # hsum_float_8 as in rows8_x86
-    s = fadd_z(fadd_z(fadd_z(Z4, Z0), fadd_z(Z6, Z2)), fadd_z(fadd_z(Z5, Z1), fadd_z(Z7, Z3)))
-    if HAS_M:
-        s = fadd_z(s, summs)
-    return s
+    return _hsum16((Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7), summs, HAS_M)
+
+
+@jit
+def rows16_x86_z2(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
+    """rows16_x86_z for tokens t and t + 1 at once: each block's quants are decoded once for both."""
+    K = qa.shape[1]
+    m0f = splat8z(15)
+    z = zero16f()
+    Za = (z, z, z, z, z, z, z, z)
+    Zb = Za
+    sa = z
+    sb = z
+    for b in range(K // QK):
+        o = go + b * GB
+        dx = load16_f16(w, o)
+        da = fmul_z(dx, splatfz(yd[t, b]))
+        db = fmul_z(dx, splatfz(yd[t + 1, b]))
+        if HAS_M:
+            mx = load16_f16(w, o + 32)
+            sa = ffma_z(mx, splatfz(ys[t, b]), sa)
+            sb = ffma_z(mx, splatfz(ys[t + 1, b]), sb)
+        q = _decode16(w, o, QH, QS, Q8, m0f)
+        Za = _acc16(Za, da, q, qa, t * K + QK * b, SUB, asum, t, 8 * b)
+        Zb = _acc16(Zb, db, q, qa, (t + 1) * K + QK * b, SUB, asum, t + 1, 8 * b)
+    return _hsum16(Za, sa, HAS_M), _hsum16(Zb, sb, HAS_M)
 
 
 @jit
@@ -355,8 +428,18 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     m0f = splat8(15)
     if MODE >= 4:  # x86 modes: 8 accumulators per row; the group's weights stay in L1 across the tokens
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
-            for t in range(t0, t1):
+            t = t0
+            if XG == 16 and QH < 0:  # two tokens per pass over the group's weights (Q5: measured no faster)
+                while t + 1 < t1:
+                    sa, sb = rows16_x86_z2(w, g * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
+                    for r in range(16):
+                        if 16 * g + r < N:
+                            out[t, 16 * g + r] = lanef_z(sa, r)
+                            out[t + 1, 16 * g + r] = lanef_z(sb, r)
+                    t += 2
+            while t < t1:
                 x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out)
+                t += 1
         return
     sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
     for b in range(nb):
@@ -437,6 +520,6 @@ def matmul_fast(gemv, gemm, SUB, packed, a, out, lanes=False):
     T = a.qs.shape[0]
     asum = np.zeros((T, a.qs.shape[1] // (4 if lanes else QK)), np.int32)
     if SUB:
-        block_sums(a.qs, asum)
+        block_sums(a.qs, asum, -SUB if lanes else 1)
     ys = a.s if a.s is not None else a.d
     (gemv if T == 1 else gemm)(packed[0], a.qs, a.d, ys, asum, out)
