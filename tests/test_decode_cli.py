@@ -99,3 +99,19 @@ def test_real_model_generates_llama_tokens():
     assert out["prompt_ids"] == rec["prompt_ids"]
     # the first steps have top-2 gaps far above llama.cpp's own batch noise: they must agree
     assert out["generated_ids"][:8] == rec["generated_ids"][:8]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("prompt", ["p1_plain", "p2_code", "p3_chat"])
+def test_llama_batch_order_reproduces_llama_cpp_exactly(prompt):
+    """With --llama-batch-order, SmolLM2's whole greedy run is llama.cpp's: every id and the text (its logits
+    are bit-identical, tests/test_model_agreement.py); the default batch-invariant order differs slightly on
+    the longer prompts (README, "Agreement")."""
+    model = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
+    rec = json.loads((FIXTURES / "real" / "greedy" / f"SmolLM2-135M-Instruct.Q4_1__{prompt}.json").read_text())
+    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "-t", 2, "--llama-batch-order", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["prompt_ids"] == rec["prompt_ids"]
+    assert out["generated_ids"] == rec["generated_ids"]
+    assert out["text"] == rec["text"]

@@ -64,9 +64,13 @@ def default_threads() -> int:
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
 @click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
+@click.option("--llama-batch-order", is_flag=True,
+              help="Sum batched attention in llama.cpp's order (tinyBLAS) instead of the batch-invariant single-token "
+                   "order: prompt logits then equal llama.cpp's bit for bit where our kernels follow its order "
+                   "(e.g. SmolLM2), but depend on how the prompt is split into batches, as llama.cpp's do.")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, json_output):
+            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, json_output):
     """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
     if temp != 0.0:
         raise SynapseError(f"--temp {temp}: only --temp 0 (greedy) is implemented; other samplers are not yet")
@@ -84,7 +88,8 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
 
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
-                        cache_type_v=cache_type_v, show_progress=not json_output)
+                        cache_type_v=cache_type_v, show_progress=not json_output,
+                        batch_invariant=not llama_batch_order)
     tok = sess.tokenizer
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     result = Generation(list(prompt_ids))
