@@ -937,29 +937,29 @@ zero16f = _make_zero(V16F32)
 lanef_z = _make_lane(V16F32, types.float32)
 
 
-def _make_qh_expand_z(shift_base: int):
+def _make_or_qh_z(shift_base: int):
     @intrinsic
-    def expand(typingctx, v, j):
-        """qh_lo / qh_hi for 16 interleaved rows (a 64-byte vector of 4-byte row lanes)."""
-        if v != V64I8 or not isinstance(j, types.Integer):
+    def or_qh(typingctx, q, v, j):
+        """q | 16 where the Q5 fifth bit of the element is set, for 16 interleaved rows: byte j of each 4-byte
+        row lane of v holds the bits of the row's elements (low nibble: lane j, high nibble: lane j + 4 in the
+        variant with shift_base 4). vpshufb (byte j of each lane, to all 4 bytes) + vptestmb + a masked vpord."""
+        if q != V64I8 or v != V64I8 or not isinstance(j, types.Integer):
             return None
 
         def codegen(context, builder, sig, args):
             _wide(builder)
-            w32 = ir.VectorType(_i32, 16)
-            v32 = builder.bitcast(args[0], w32)
-            sh = builder.mul(context.cast(builder, args[1], sig.args[1], types.int32), ir.Constant(_i32, 8))
-            v32 = builder.lshr(v32, _splat(builder, sh, w32))
-            b = builder.bitcast(v32, V64I8.llvm_type())
-            rep = builder.shuffle_vector(b, b, ir.Constant(ir.VectorType(_i32, 64), [4 * (k // 4) for k in range(64)]))
+            jj = builder.trunc(context.cast(builder, args[2], sig.args[2], types.int32), _i8)
+            idx = builder.add(ir.Constant(V64I8.llvm_type(), [4 * ((k % 16) // 4) for k in range(64)]),
+                              _splat(builder, jj, V64I8.llvm_type()))
+            rep = _call(builder, "llvm.x86.avx512.pshuf.b.512", V64I8.llvm_type(), [args[1], idx])
             bits = builder.and_(rep, ir.Constant(V64I8.llvm_type(), [1 << (shift_base + k % 4) for k in range(64)]))
             nz = builder.icmp_unsigned("!=", bits, ir.Constant(V64I8.llvm_type(), None))
-            return builder.select(nz, ir.Constant(V64I8.llvm_type(), [16] * 64), ir.Constant(V64I8.llvm_type(), None))
+            return builder.select(nz, builder.or_(args[0], ir.Constant(V64I8.llvm_type(), [16] * 64)), args[0])
 
-        return V64I8(v, j), codegen
+        return V64I8(q, v, j), codegen
 
-    return expand
+    return or_qh
 
 
-qh_lo_z = _make_qh_expand_z(0)
-qh_hi_z = _make_qh_expand_z(4)
+or_qh_lo_z = _make_or_qh_z(0)
+or_qh_hi_z = _make_or_qh_z(4)

@@ -57,7 +57,7 @@ from numba import prange
 
 from ..config import ijit, jit, pjit
 from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
-                    load64, or64, qh_hi_z, qh_lo_z, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
+                    load64, or_qh_hi_z, or_qh_lo_z, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
                     store8xf32, sub32, zero32, zerof)
@@ -240,14 +240,14 @@ def _decode16(w, o, QH, QS, Q8, m0f):
     q7 = and64(srl16x2(c3, 4, 4), m0f)
     if QH >= 0:
         h = load64(w, o + QH)
-        q0 = or64(q0, qh_lo_z(h, 0))
-        q1 = or64(q1, qh_lo_z(h, 1))
-        q2 = or64(q2, qh_lo_z(h, 2))
-        q3 = or64(q3, qh_lo_z(h, 3))
-        q4 = or64(q4, qh_hi_z(h, 0))
-        q5 = or64(q5, qh_hi_z(h, 1))
-        q6 = or64(q6, qh_hi_z(h, 2))
-        q7 = or64(q7, qh_hi_z(h, 3))
+        q0 = or_qh_lo_z(q0, h, 0)
+        q1 = or_qh_lo_z(q1, h, 1)
+        q2 = or_qh_lo_z(q2, h, 2)
+        q3 = or_qh_lo_z(q3, h, 3)
+        q4 = or_qh_hi_z(q4, h, 0)
+        q5 = or_qh_hi_z(q5, h, 1)
+        q6 = or_qh_hi_z(q6, h, 2)
+        q7 = or_qh_hi_z(q7, h, 3)
     return (q0, q1, q2, q3, q4, q5, q6, q7)
 
 
@@ -319,14 +319,14 @@ def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
             q7 = and64(srl16x2(c3, 4, 4), m0f)
             if QH >= 0:
                 h = load64(w, o + QH)
-                q0 = or64(q0, qh_lo_z(h, 0))
-                q1 = or64(q1, qh_lo_z(h, 1))
-                q2 = or64(q2, qh_lo_z(h, 2))
-                q3 = or64(q3, qh_lo_z(h, 3))
-                q4 = or64(q4, qh_hi_z(h, 0))
-                q5 = or64(q5, qh_hi_z(h, 1))
-                q6 = or64(q6, qh_hi_z(h, 2))
-                q7 = or64(q7, qh_hi_z(h, 3))
+                q0 = or_qh_lo_z(q0, h, 0)
+                q1 = or_qh_lo_z(q1, h, 1)
+                q2 = or_qh_lo_z(q2, h, 2)
+                q3 = or_qh_lo_z(q3, h, 3)
+                q4 = or_qh_hi_z(q4, h, 0)
+                q5 = or_qh_hi_z(q5, h, 1)
+                q6 = or_qh_hi_z(q6, h, 2)
+                q7 = or_qh_hi_z(q7, h, 3)
         Z0 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a]), q0, bcast4z(qa, oa))), Z0)
         Z1 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 1]), q1, bcast4z(qa, oa + 4))), Z1)
         Z2 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 2]), q2, bcast4z(qa, oa + 8))), Z2)
