@@ -4,7 +4,7 @@
   (ggml-cpu/arch/x86/quants.c) and generic flavour (ggml-quants.c *_ref), quantize_row_q8_K_ref;
 * `unpack_<type>`: a weight row's blocks -> integer quants and scales, vectorised numpy;
 * `vec_dot(type, w_row_bytes, act_row_bytes, flavour)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic
-  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0) with numpy
+  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q6_K) with numpy
   float32 scalars, one block at a time, in the C operation order.
 """
 
@@ -237,7 +237,24 @@ def fma32(a, b, c) -> np.float32:
 
 
 # the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
-X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0)
+X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K)
+
+
+def _vec_dot_q6_K_x86(w, act) -> np.float32:
+    """ggml_vec_dot_q6_K_q8_K AVX2: per super-block 8 int32 lanes, lane l = sum over the 8 chunks of 32
+    elements of scale * (q+32) * y over the chunk's elements 4l..4l+3, minus 32 * (bsums[2l]*sc[2l] +
+    bsums[2l+1]*sc[2l+1]); acc[l] = fma(y.d * x.d, lane_l, acc[l]); hsum_float_8(acc)."""
+    dy, qy, bsums = q8_blocks(act, "Q8_K")
+    dx, sc, q = unpack_q6_k(w)
+    acc = [f32(0)] * 8
+    for b in range(len(dx)):
+        prod = np.repeat(sc[b], 16) * (q[b] + 32) * qy[b]                 # (256,) per element
+        lanes = prod.reshape(8, 8, 4).sum(axis=(0, 2))                    # chunk, lane, element
+        lanes = lanes - 32 * (bsums[b].reshape(8, 2) * sc[b].reshape(8, 2)).sum(axis=1)
+        d = f32(dy[b] * dx[b])
+        acc = [fma32(d, f32(lanes[l]), acc[l]) for l in range(8)]
+    a = acc
+    return f32(f32(f32(a[4] + a[0]) + f32(a[6] + a[2])) + f32(f32(a[5] + a[1]) + f32(a[7] + a[3])))
 
 
 def _vec_dot_x86(t, w, act) -> np.float32:
@@ -267,6 +284,8 @@ def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "gene
     """One weight row (raw bytes) . one activation row (block bytes of the vec_dot_type, or float32 values
     for F32/F16/BF16), generic ggml order; flavour "x86" gives the AVX2 order for X86_ORDER_TYPES."""
     t = GGMLType(ggml_type)
+    if flavour == "x86" and t == GGMLType.Q6_K:
+        return _vec_dot_q6_K_x86(w, act)
     if flavour == "x86" and t in X86_ORDER_TYPES:
         return _vec_dot_x86(t, w, act)
     sumf = f32(0)

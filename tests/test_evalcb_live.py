@@ -8,11 +8,11 @@ For every tiny model (F16 and F32 cache logs) and the real SmolLM2 and Qwen2.5-0
   quantization against llama.cpp's;
 - every other file agrees on every tensor, sums and printed values, within the default 1e-4 of
   `eval-callback diff` (a clean verdict), except the files listed in NOT_CLEAN. Clean means we compute in
-  ggml's x86 float order: the integer dot products are exact and, for F32, BF16, Q4_1, Q5_0, Q5_1 and Q8_0
-  weights, the per-block float arithmetic follows ggml's AVX2 kernels (kernels/quants/q32.py), so sums agree
+  ggml's x86 float order: the integer dot products are exact and, for F32, BF16, Q4_1, Q5_0, Q5_1, Q8_0 and
+  Q6_K weights, the per-block float arithmetic follows ggml's AVX2 kernels (kernels/quants/q32.py, q6_k.py), so sums agree
   to the 6 printed decimals (measured worst 1.6e-5 relative over the clean files, 3.5e-7 for SmolLM2).
 - NOT_CLEAN files use kernels whose x86 float order we have not ported (the tinyBLAS F16 gemm for F16
-  weights, the repacked Q4_K 8x8 gemm, tinyBLAS for Q5_0/Q8_0 batches in Qwen2.5-0.5B, Q6_K's AVX2 order):
+  weights, the repacked Q4_K 8x8 gemv/gemm, tinyBLAS for Q5_0/Q8_0 batches in Qwen2.5-0.5B):
   there a float addition in another order moves a value by ~1e-7 relative; where that value is then
   rounded to F16 (KV cache, q) or to an int8 activation block (Q8_0/Q8_1/Q8_K), a value at a rounding
   boundary flips by one step and the step propagates. Their bounds are the measured worst relative sum
@@ -38,10 +38,9 @@ REAL_LOGS = [p for p in sorted((FIXTURES / "real" / "evalcb").glob("*.log")) if 
 NOT_CLEAN = {
     "tiny-llama-F16__pub__kvf16": 5e-4,            # measured 2.9e-4
     "tiny-llama-F16__pub__kvf32": 1.3e-3,          # 8.5e-4
-    "tiny-llama-Q6_K__pub__kvf16": 1.5e-2,         # 9.8e-3
     "tiny-mistral3-Q4_K_M__pub__kvf32": 2e-2,      # 1.3e-2
     "tiny-qwen2-Q4_K_M__pub__kvf16": 3e-5,         # 1.4e-5 (one tensor's printed values beyond 1e-4)
-    "qwen2.5-coder-0.5b-instruct-awq-q4_k_m__pub": 0.15,  # 0.11
+    "qwen2.5-coder-0.5b-instruct-awq-q4_k_m__pub": 0.12,  # 0.076
 }
 FIRST_PROJECTIONS = ("Qcur-0", "Kcur-0", "Vcur-0")
 

@@ -121,6 +121,23 @@ def test_real_greedy(path):
     assert float(np.median(worst)) <= LLAMA_NOISE
 
 
+# tiny files whose weights all use kernels in ggml's x86 order (Q4_1, Q5_0, Q5_1, Q8_0, Q6_K output; F32 norms)
+X86_EXACT = [p for p in TINY_GREEDY
+             if any(p.name.startswith(f"tiny-{m}__") for m in
+                    ("llama-Q4_1", "llama-Q5_0", "llama-Q5_1", "llama-Q6_K", "llama-Q8_0", "qwen2-Q8_0"))]
+
+
+@pytest.mark.parametrize("path", X86_EXACT, ids=lambda p: p.stem)
+def test_tiny_logits_bit_exact_in_llama_batch_order(path):
+    """As the SmolLM2 test below, for the tiny models whose weight types all follow ggml's x86 order: every
+    recorded top-5 logit of every step equals llama.cpp's bit for bit (F16 and F32 cache)."""
+    rec = json.loads(path.read_text())
+    cache = "f32" if path.stem.endswith("kvf32") else "f16"
+    logits = _run_forced(_model(FIXTURES / rec["model"]), rec, cache, batch_invariant=False)
+    for step, (top5, lg) in enumerate(zip(rec["top5"], logits)):
+        assert lg[[t[0] for t in top5]].tolist() == [np.float32(t[1]).item() for t in top5], f"step {step}"
+
+
 @pytest.mark.real
 @pytest.mark.parametrize("path", [p for p in REAL_GREEDY if p.name.startswith("SmolLM2")], ids=lambda p: p.stem)
 def test_smollm2_logits_bit_exact_in_llama_batch_order(path):

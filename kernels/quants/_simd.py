@@ -215,6 +215,7 @@ def _make_zero(vt: Vec):
     return zero
 
 
+zero16 = _make_zero(V16I16)
 zero32 = _make_zero(V8I32)
 zerof = _make_zero(V8F32)
 
@@ -244,6 +245,49 @@ mul32 = _make_binop(V8I32, "mul")
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")
 fsub = _make_binop(V8F32, "fsub")
+
+
+@intrinsic
+def load16_i8_as_i16(typingctx, arr, offset):
+    """16 int8 at byte offset -> <16 x i16> sign-extended (vpmovsxbw)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, ir.VectorType(_i8, 16).as_pointer()), align=1)
+        return builder.sext(v, V16I16.llvm_type())
+
+    return V16I16(arr, offset), codegen
+
+
+@intrinsic
+def halves16(typingctx, a, b):
+    """<16 x i16>: a in the 8 low lanes, b in the 8 high lanes (two sub-block scales of a 32-byte chunk)."""
+    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = ir.VectorType(_i16, 8)
+        lo = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int16), v8)
+        hi = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), v8)
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+
+    return V16I16(a, b), codegen
+
+
+@intrinsic(prefer_literal=True)
+def scale_halves16(typingctx, sc, c):
+    """<16 x i16>: lane 2c of sc in the 8 low lanes, lane 2c + 1 in the 8 high lanes (c a literal): the two
+    sub-block scales of 32-byte chunk c from the 16 scales (one vpermw instead of scalar loads)."""
+    if sc != V16I16 or not isinstance(c, types.IntegerLiteral):
+        return None
+    k = c.literal_value
+
+    def codegen(context, builder, sig, args):
+        return builder.shuffle_vector(args[0], args[0], ir.Constant(ir.VectorType(_i32, 16), [2 * k] * 8 + [2 * k + 1] * 8))
+
+    return V16I16(sc, c), codegen
 
 
 @intrinsic
@@ -277,6 +321,19 @@ def _make_shift16(op: str):
 
 srl16 = _make_shift16("lshr")
 sll16 = _make_shift16("shl")
+
+
+@intrinsic
+def sll16i(typingctx, a, k):
+    """<16 x i16> shifted left by k (int16 lanes, two's complement: x * 2^k)."""
+    if a != V16I16 or not isinstance(k, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        kk = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), ir.VectorType(_i16, 16))
+        return builder.shl(args[0], kk)
+
+    return V16I16(a, k), codegen
 
 
 @intrinsic
@@ -963,3 +1020,91 @@ def _make_or_qh_z(shift_base: int):
 
 or_qh_lo_z = _make_or_qh_z(0)
 or_qh_hi_z = _make_or_qh_z(4)
+
+
+# zmm pieces of the x86-order Q6_K gemm (q6_k._gemm_z): two rows per zmm, row n in the low half.
+
+@intrinsic
+def cat8x2(typingctx, lo, hi):
+    """<64 x i8> = lo (low 256 bits), hi (high 256 bits)."""
+    if lo != V32I8 or hi != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_i32, 64), list(range(64))))
+
+    return V64I8(lo, hi), codegen
+
+
+@intrinsic
+def cat16x2(typingctx, lo, hi):
+    """<32 x i16> = lo (low 256 bits), hi (high 256 bits)."""
+    if lo != V16I16 or hi != V16I16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
+
+    return V32I16(lo, hi), codegen
+
+
+@intrinsic
+def bcast16x16x2(typingctx, arr, offset):
+    """<32 x i16>: the 16 int16 at byte offset `offset` in both halves (vbroadcasti64x4)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, V16I16.llvm_type().as_pointer()), align=1)
+        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [i % 16 for i in range(32)]))
+
+    return V32I16(arr, offset), codegen
+
+
+@intrinsic
+def splat2f(typingctx, a, b):
+    """<16 x float>: a in the 8 low lanes, b in the 8 high lanes."""
+    if not (isinstance(a, types.Float) and isinstance(b, types.Float)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        v8 = ir.VectorType(ir.FloatType(), 8)
+        lo = _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), v8)
+        hi = _splat(builder, context.cast(builder, args[1], sig.args[1], types.float32), v8)
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+
+    return V16F32(a, b), codegen
+
+
+@intrinsic
+def load16xf32(typingctx, arr, offset):
+    """16 float32 at byte offset (unaligned)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(p, V16F32.llvm_type().as_pointer()), align=1)
+
+    return V16F32(arr, offset), codegen
+
+
+@intrinsic
+def store16xf32(typingctx, arr, offset, v):
+    """Store 16 float32 at byte offset (unaligned)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V16F32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        builder.store(args[2], builder.bitcast(p, V16F32.llvm_type().as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.none(arr, offset, v), codegen

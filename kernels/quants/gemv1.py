@@ -12,9 +12,8 @@ one call per (group of) weights does:
                weight i (8-row groups for the 32-weight formats), i.e. a static split in few large pieces
 
 Every output row gets the same integer sums and the same float operation sequence as the format modules' gemv
-(q32.gemv_group for the 32-weight formats, q4_k/q6_k._row_dot), so results are bit-identical to `matmul`
-with T > 1 rows and to the slow generic reference, for any thread count. Only Q6_K's inner loop differs: its
-16 int8 scales come from one sign-extending vector load instead of 16 scalar loads (~15 % faster, L2-hot).
+(q32.gemv_group for the 32-weight formats, q4_k._row_dot, q6_k.row_dot_x86), so results are bit-identical to
+`matmul` with T > 1 rows and to the slow reference, for any thread count.
 
 The weights' packed layouts are those of the format modules (q32.py, q4_k.py 148-byte blocks, q6_k.py): a
 layout change there must be mirrored here (tests/test_matmul.py compares every path with the reference).
@@ -31,56 +30,19 @@ Unused weight slots repeat slot 0 with n_w telling how many are real (one compil
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.extending import intrinsic
+from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K
-from . import q32
+from . import q32, q6_k
 from ._bits import f16_to_f32, read_u16
-from ._simd import (V16I16, and8, cvt_f32, dpwssd, fadd, fmul, hsum32, lanef, load16x16,
-                    load32, load8_i16_as_i32, load8_u8_as_i32, maddubs, mul32, or8, prefetch_span,
-                    sll16, splat16, splat8, splatf, srl16, sub16, zero32, zerof)
+from ._simd import (and8, cvt_f32, dpwssd, fadd, fmul, hsum32, lanef, load32, load8_i16_as_i32, load8_u8_as_i32,
+                    maddubs, mul32, prefetch_span, splat16, splat8, splatf, srl16, zero32, zerof)
 from .activations import q8_0_x86_row, q8_1_x86_row, q8_K_row
 from .kquants import PERM
 
 QK = 32
 XS = q32.XS  # x86-order formats: layout constants of 8-row groups times XS (see q32.py)
-
-
-@intrinsic
-def load16_i8_as_i16(typingctx, arr, offset):
-    """16 int8 at byte offset -> <16 x i16> sign-extended (vpmovsxbw): dword G = the int16 pair
-    (s[2G], s[2G+1]) that pair16 builds from two scalar loads."""
-    if not (isinstance(arr, types.Array) and arr.layout == "C" and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        base = builder.bitcast(a.data, ir.IntType(8).as_pointer())
-        p = builder.gep(base, [context.cast(builder, args[1], sig.args[1], types.int64)])
-        v = builder.load(builder.bitcast(p, ir.VectorType(ir.IntType(8), 16).as_pointer()), align=1)
-        return builder.sext(v, V16I16.llvm_type())
-
-    return V16I16(arr, offset), codegen
-
-
-@intrinsic
-def lane_pair16(typingctx, v, g):
-    """dword g of v broadcast to all 8 dwords (as <16 x i16>): pair16(s[2g], s[2g+1]) for constant g."""
-    if v != V16I16 or not isinstance(g, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        d = builder.bitcast(args[0], ir.VectorType(i32, 8))
-        e = builder.extract_element(d, context.cast(builder, args[1], sig.args[1], types.int32))
-        u = builder.insert_element(ir.Constant(ir.VectorType(i32, 8), ir.Undefined), e, ir.Constant(i32, 0))
-        s8 = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(i32, 8), [0] * 8))
-        return builder.bitcast(s8, V16I16.llvm_type())
-
-    return V16I16(v, g), codegen
 
 
 # ----------------------------------------------------------------------------------------- 32-weight blocks
@@ -171,9 +133,9 @@ def gemv_many_q8_0(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
 # ----------------------------------------------------------------------------------------- K-quants
 
 @jit
-def _prep_q8K_row(x, qs, d, bsums, qp, bs32, pc):
-    """quantize_q8_K of one row, then kquants.prep_q8k's layout with mult = 32 (Q6_K's pcorr; Q4_K reads
-    only qp and bs32): qp (1, K) permuted quants, bs32 (1, K/32), pc (1, K/2)."""
+def _prep_q8K_row(x, qs, d, bsums, qp, bs32):
+    """quantize_q8_K of one row (qs, d, bsums: what the Q6_K kernel reads), then Q4_K's layout (kquants.prep_q8k):
+    qp (1, K) permuted quants, bs32 (1, K/32)."""
     q8_K_row(x, 0, qs, d, bsums)
     K = x.shape[1]
     for g in range(K // 32):
@@ -181,8 +143,6 @@ def _prep_q8K_row(x, qs, d, bsums, qp, bs32, pc):
         for p in range(32):
             qp[0, o + p] = qs[0, o + PERM[p]]
         bs32[0, g] = np.int16(np.int32(bsums[0, 2 * g]) + np.int32(bsums[0, 2 * g + 1]))
-        for i in range(16):
-            pc[0, 16 * g + i] = np.int16(32 * (np.int32(qp[0, o + 2 * i]) + np.int32(qp[0, o + 2 * i + 1])))
 
 
 @jit
@@ -215,36 +175,7 @@ def _q4k_row(w, n, qp, yd, bs32):
 
 
 @jit
-def _q6k_row(w, n, qp, pc, yd):
-    """q6_k._row_dot for token 0 (same float sequence): ggml_vec_dot_q6_K_q8_K_generic."""
-    nb = yd.shape[1]
-    rb = w.shape[1]
-    m0f = splat8(15)
-    m03 = splat8(3)
-    sums = zerof()
-    for b in range(nb):
-        o = n * rb + b * 210
-        ob = b * 210
-        oa = b * QK_K
-        oc = 2 * (b * 128)
-        sc = load16_i8_as_i16(w, o + 192)  # the 16 int8 scales as (s[2G], s[2G+1]) int16 pairs = 8 dwords
-        acc = zero32()
-        for G in range(8):
-            lo = and8(srl16(load32(w, o + 32 * (G // 2)), 4 * (G % 2)), m0f)
-            hi = and8(srl16(load32(w, o + 128 + 32 * (G // 4)), 2 * (G % 4)), m03)
-            q = or8(lo, sll16(hi, 4))
-            p16 = sub16(maddubs(q, load32(qp, oa + 32 * G)), load16x16(pc, oc + 32 * G))
-            acc = dpwssd(acc, p16, lane_pair16(sc, G))
-        d = np.float32(f16_to_f32(read_u16(w[n], ob + 208)) * yd[0, b])
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-    sumf = np.float32(0.0)
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
-
-
-@jit
-def _k_rows(F, w, n0, n1, qp, pc, yd, bs32, out, pf):
+def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
     """Rows [n0, n1) of a K-quant weight; prefetch pf bytes ahead (see _simd.prefetch_span)."""
     rb = w.shape[1]
     if F == 0:
@@ -254,7 +185,7 @@ def _k_rows(F, w, n0, n1, qp, pc, yd, bs32, out, pf):
     else:
         for n in range(n0, n1):
             prefetch_span(w, n * rb + pf, rb)
-            out[0, n] = _q6k_row(w, n, qp, pc, yd)
+            out[0, n] = q6_k.row_dot_x86(w, n, qs, bsums, yd, 0)
 
 
 @pjit
@@ -267,12 +198,11 @@ def gemv_many_q8_K(f0, w0, f1, w1, f2, w2, n_w, x, o0, o1, o2, nt, pf):
     bsums = np.empty((1, K // 16), np.int16)
     qp = np.empty((1, K), np.int8)
     bs32 = np.empty((1, K // 32), np.int16)
-    pc = np.empty((1, K // 2), np.int16)
-    _prep_q8K_row(x, qs, d, bsums, qp, bs32, pc)
+    _prep_q8K_row(x, qs, d, bsums, qp, bs32)
     N0 = w0.shape[0]
     N1 = w1.shape[0] if n_w > 1 else 0
     N2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _k_rows(f0, w0, c * N0 // nt, (c + 1) * N0 // nt, qp, pc, d, bs32, o0, pf)
-        _k_rows(f1, w1, c * N1 // nt, (c + 1) * N1 // nt, qp, pc, d, bs32, o1, pf)
-        _k_rows(f2, w2, c * N2 // nt, (c + 1) * N2 // nt, qp, pc, d, bs32, o2, pf)
+        _k_rows(f0, w0, c * N0 // nt, (c + 1) * N0 // nt, qp, qs, bsums, d, bs32, o0, pf)
+        _k_rows(f1, w1, c * N1 // nt, (c + 1) * N1 // nt, qp, qs, bsums, d, bs32, o1, pf)
+        _k_rows(f2, w2, c * N2 // nt, (c + 1) * N2 // nt, qp, qs, bsums, d, bs32, o2, pf)

@@ -14,15 +14,8 @@ Super-block (210 bytes):
 Dequantizer: dequantize_row_q6_K. Dot: ggml_vec_dot_q6_K_q8_K_generic:
     aux32[l] (l = index mod 8) += scale * q8*q;  sums[l] += (dx*dy) * aux32[l];  sumf = sum of sums[0..7].
 
-Fast path (AVX2): rows repacked at load time (same 210 bytes per block), element groups G = 0..7 of 32 in
-the kquants.PERM order:
-    [0:128)   4 x 32 bytes: byte p of vector v = lo4(G=2v+1, p) << 4 | lo4(G=2v, p)
-    [128:192) 2 x 32 bytes: byte p of vector u = hi2(4u+3,p) 66 | hi2(4u+2,p) 44 | hi2(4u+1,p) 22 | hi2(4u,p) 00
-    [192:208) scales int8 x 16,  [208:210) d
-Quants are used unsigned (q+32, 0..63): vpmaddubsw(q+32, a) - 32*(a+a') per pair = (q)*a pair sums (both
-terms <= 16002 in magnitude, no saturation), then vpmaddwd with the two sub-block scales of the group.
-gemm with AVX512BW (_gemm_z): the same packed rows in zmm, two groups per instruction, signed quants against
-activations + 128 (correction per (row, block), not per token; see _gemm_z); same int32 aux32, same float order.
+Fast path (AVX2): ggml's x86 order (ggml_vec_dot_q6_K_q8_K's AVX2 version, see the fast path section), on the
+rows as stored in the file. The generic order above is the portable path (SCALAR).
 """
 
 from __future__ import annotations
@@ -32,14 +25,12 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast32x2, bcastf, dpwssd_z, fold16, load64, maddubs_z,
-                    or64, perm32_flip_store, prefetchw, rows8_lane_sums, scales4pairs, sll16z, splat8z, srl16x2,
-                    sub32z, sub8z, zero16x32)
-from ._simd import (and8, cvt_f32, dpwssd, fadd, fmul, lanef, load16x16, load32, load8xf32,
-                    maddubs, or8, pair16, prefetch_span, sll16, splat8, splatf, srl16,
-                    store8xf32, sub16, zero32, zerof)
+from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, load16xf32,
+                    maddubs_z, splat2f, store16xf32, zero16x32)
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, lanef, load16_i8_as_i16, load16x16, load32, load8xf32,
+                    maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf, srl16, store8xf32,
+                    sub16, zero16, zero32, zerof)
 from .base import BlockFormat, register
 
 BLOCK_BYTES = 210
@@ -114,72 +105,86 @@ def _mm_scalar(packed, a, out):
 
 
 # ----------------------------------------------------------------------------------------- fast path
-
-_PERM = kquants.PERM
-
-
-@pjit
-def _repack(raw, out):
-    N, rb = raw.shape
-    nb = rb // BLOCK_BYTES
-    for n in prange(N):
-        row = raw[n]
-        for b in range(nb):
-            o = b * BLOCK_BYTES
-            for p in range(32):
-                for v in range(4):
-                    lo0 = _q6(row, o, 32 * (2 * v) + _PERM[p]) + 32
-                    lo1 = _q6(row, o, 32 * (2 * v + 1) + _PERM[p]) + 32
-                    out[n, o + 32 * v + p] = np.uint8((lo0 & 15) | ((lo1 & 15) << 4))
-                for u in range(2):
-                    h = 0
-                    for j in range(4):
-                        h |= ((_q6(row, o, 32 * (4 * u + j) + _PERM[p]) + 32) >> 4) << (2 * j)
-                    out[n, o + 128 + 32 * u + p] = np.uint8(h)
-            for i in range(18):
-                out[n, o + 192 + i] = row[o + 192 + i]
+# ggml's x86 order: ggml_vec_dot_q6_K_q8_K's AVX2 version (ggml-cpu/arch/x86/quants.c), which an x86 llama.cpp
+# runs for Q6_K at every batch size (Q6_K is neither repacked nor in tinyBLAS on x86). Per super-block, 8 int32
+# lanes: chunk c (elements 32c..32c+31, unsigned q+32 from ql/qh) adds to lane l the sum over its elements
+# 4l..4l+3 of scale * (q+32) * y (vpmaddubsw, then vpmaddwd with the chunk's two sub-block scales); then lane
+# l -= 32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]) (the offset, per lane as ggml applies it); acc[l] =
+# fma(y.d * x.d, (float)lane_l, acc[l]); s = hsum_float_8(acc). The rows are used as stored in the file.
+# Bounds: |vpmaddubsw pair| <= 2*63*127 < 2^15; |-32 * scale| <= 4096; lanes fit int32.
 
 
 @jit
-def _decode(w, o, G, m0f, m03):
-    """Unsigned quants (q+32) of element group G of the repacked block at flat byte offset o."""
-    lo = and8(srl16(load32(w, o + 32 * (G // 2)), 4 * (G % 2)), m0f)
-    hi = and8(srl16(load32(w, o + 128 + 32 * (G // 4)), 2 * (G % 4)), m03)
-    return or8(lo, sll16(hi, 4))
+def _decode(w, n, b, m0f, m03):
+    """The 8 chunks of super-block b of row n as unsigned quants q+32 (ggml's q4_0 .. q4_3 per half), their
+    sub-block scale pairs, and -32 * the 16 scales (the offset term, applied with the activations' bsums)."""
+    o = n * w.shape[1] + b * BLOCK_BYTES
+    ql0 = load32(w, o)
+    ql1 = load32(w, o + 32)
+    ql2 = load32(w, o + 64)
+    ql3 = load32(w, o + 96)
+    qh0 = load32(w, o + 128)
+    qh1 = load32(w, o + 160)
+    q = (or8(and8(ql0, m0f), sll16(and8(qh0, m03), 4)),
+         or8(and8(ql1, m0f), sll16(and8(srl16(qh0, 2), m03), 4)),
+         or8(and8(srl16(ql0, 4), m0f), sll16(and8(srl16(qh0, 4), m03), 4)),
+         or8(and8(srl16(ql1, 4), m0f), sll16(and8(srl16(qh0, 6), m03), 4)),
+         or8(and8(ql2, m0f), sll16(and8(qh1, m03), 4)),
+         or8(and8(ql3, m0f), sll16(and8(srl16(qh1, 2), m03), 4)),
+         or8(and8(srl16(ql2, 4), m0f), sll16(and8(srl16(qh1, 4), m03), 4)),
+         or8(and8(srl16(ql3, 4), m0f), sll16(and8(srl16(qh1, 6), m03), 4)))
+    s16 = load16_i8_as_i16(w, o + 192)  # the 16 int8 scales, sign-extended
+    sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3),
+          scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
+    nsc32 = sub16(zero16(), sll16i(s16, 5))  # -32 * scale, |.| <= 4096
+    return q, sc, nsc32
 
 
 @jit
-def _row_dot(w, n, qp, pc, t, yd):
-    nb = yd.shape[1]
-    K = nb * QK_K
-    rb = w.shape[1]
+def _lanes(q, sc, nsc32, qs, bsums, t, b):
+    """<8 x i32>: the 8 AVX lanes of super-block b with token t (qs (T, K) int8, bsums (T, K/16) int16):
+    lane l = sum over chunks c of scale * (q+32) * y over elements 32c+4l .. 32c+4l+3, minus
+    32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]) (ggml's q8sclsub)."""
+    K = qs.shape[1]
+    oa = t * K + b * QK_K
+    v = dpwssd(zero32(), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
+    v = dpwssd(v, maddubs(q[0], load32(qs, oa)), sc[0])
+    v = dpwssd(v, maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    v = dpwssd(v, maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v = dpwssd(v, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    v = dpwssd(v, maddubs(q[4], load32(qs, oa + 128)), sc[4])
+    v = dpwssd(v, maddubs(q[5], load32(qs, oa + 160)), sc[5])
+    v = dpwssd(v, maddubs(q[6], load32(qs, oa + 192)), sc[6])
+    return dpwssd(v, maddubs(q[7], load32(qs, oa + 224)), sc[7])
+
+
+@jit
+def hsum_float_8(v):
+    """ggml's hsum_float_8: (v4 + v0) + (v6 + v2), (v5 + v1) + (v7 + v3), then their sum."""
+    a = np.float32(np.float32(lanef(v, 4) + lanef(v, 0)) + np.float32(lanef(v, 6) + lanef(v, 2)))
+    c = np.float32(np.float32(lanef(v, 5) + lanef(v, 1)) + np.float32(lanef(v, 7) + lanef(v, 3)))
+    return np.float32(a + c)
+
+
+@jit
+def row_dot_x86(w, n, qs, bsums, yd, t):
+    """Row n of w (N, nb*210) . token t: ggml_vec_dot_q6_K_q8_K (x86 AVX2 order)."""
     m0f = splat8(15)
     m03 = splat8(3)
-    sums = zerof()
-    for b in range(nb):
-        o = n * rb + b * BLOCK_BYTES
-        ob = b * BLOCK_BYTES
-        oa = t * K + b * QK_K
-        oc = 2 * (t * (K // 2) + b * 128)
-        acc = zero32()
-        for G in range(8):
-            q = _decode(w, o, G, m0f, m03)
-            p16 = sub16(maddubs(q, load32(qp, oa + 32 * G)), load16x16(pc, oc + 32 * G))
-            acc = dpwssd(acc, p16, pair16(np.int8(w[n, ob + 192 + 2 * G]), np.int8(w[n, ob + 193 + 2 * G])))
-        d = np.float32(f16_to_f32(read_u16(w[n], ob + 208)) * yd[t, b])
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-    sumf = np.float32(0.0)
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
+    acc = zerof()
+    for b in range(yd.shape[1]):
+        q, sc, nsc32 = _decode(w, n, b, m0f, m03)
+        d = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208)))
+        acc = ffma(splatf(d), cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b)), acc)
+    return hsum_float_8(acc)
 
 
 @pjit
-def _gemv(w, qp, pc, yd, out):
+def _gemv(w, qs, bsums, yd, out):
     rb = w.shape[1]
     for n in prange(w.shape[0]):
         prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
-        out[0, n] = _row_dot(w, n, qp, pc, 0, yd)
+        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0)
 
 
 ROW_TILE = 16
@@ -187,222 +192,87 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qp, pc, yd, out):
-    """ROW_TILE x TOK_TILE tiles, block by block; each (row, block) decoded once per token tile."""
-    N, rb = w.shape
-    T, K = qp.shape
-    nb = K // QK_K
-    n_rt = (N + ROW_TILE - 1) // ROW_TILE
+def _gemm(w, qs, bsums, yd, out):
+    """ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens, whose
+    8 float accumulators per (row, token) live in `acc`; per (row, token) the float sequence of row_dot_x86.
+    With AVX512 two rows share each instruction (rows n, n+1 in the low and high halves of a zmm)."""
+    N = w.shape[0]
+    T = qs.shape[0]
+    K = qs.shape[1]
+    nb = yd.shape[1]
     n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for tile in prange(n_rt * n_tt):
+    for tile in prange(((N + ROW_TILE - 1) // ROW_TILE) * n_tt):
         r0 = (tile // n_tt) * ROW_TILE
         r1 = min(N, r0 + ROW_TILE)
         t0 = (tile % n_tt) * TOK_TILE
         t1 = min(T, t0 + TOK_TILE)
-        sums = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)  # AVX512: (row pair, token, 16) in the same bytes
         m0f = splat8(15)
         m03 = splat8(3)
         for b in range(nb):
-            for n in range(r0, r1):
-                o = n * rb + b * BLOCK_BYTES
-                ob = b * BLOCK_BYTES
-                q0 = _decode(w, o, 0, m0f, m03)
-                q1 = _decode(w, o, 1, m0f, m03)
-                q2 = _decode(w, o, 2, m0f, m03)
-                q3 = _decode(w, o, 3, m0f, m03)
-                q4 = _decode(w, o, 4, m0f, m03)
-                q5 = _decode(w, o, 5, m0f, m03)
-                q6 = _decode(w, o, 6, m0f, m03)
-                q7 = _decode(w, o, 7, m0f, m03)
-                s0 = pair16(np.int8(w[n, ob + 192]), np.int8(w[n, ob + 193]))
-                s1 = pair16(np.int8(w[n, ob + 194]), np.int8(w[n, ob + 195]))
-                s2 = pair16(np.int8(w[n, ob + 196]), np.int8(w[n, ob + 197]))
-                s3 = pair16(np.int8(w[n, ob + 198]), np.int8(w[n, ob + 199]))
-                s4 = pair16(np.int8(w[n, ob + 200]), np.int8(w[n, ob + 201]))
-                s5 = pair16(np.int8(w[n, ob + 202]), np.int8(w[n, ob + 203]))
-                s6 = pair16(np.int8(w[n, ob + 204]), np.int8(w[n, ob + 205]))
-                s7 = pair16(np.int8(w[n, ob + 206]), np.int8(w[n, ob + 207]))
-                dx = f16_to_f32(read_u16(w[n], ob + 208))
-                r = n - r0
-                for t in range(t0, t1):
-                    oa = t * K + b * QK_K
-                    oc = 2 * (t * (K // 2) + b * 128)
-                    acc = dpwssd(zero32(), sub16(maddubs(q0, load32(qp, oa)), load16x16(pc, oc)), s0)
-                    acc = dpwssd(acc, sub16(maddubs(q1, load32(qp, oa + 32)), load16x16(pc, oc + 32)), s1)
-                    acc = dpwssd(acc, sub16(maddubs(q2, load32(qp, oa + 64)), load16x16(pc, oc + 64)), s2)
-                    acc = dpwssd(acc, sub16(maddubs(q3, load32(qp, oa + 96)), load16x16(pc, oc + 96)), s3)
-                    acc = dpwssd(acc, sub16(maddubs(q4, load32(qp, oa + 128)), load16x16(pc, oc + 128)), s4)
-                    acc = dpwssd(acc, sub16(maddubs(q5, load32(qp, oa + 160)), load16x16(pc, oc + 160)), s5)
-                    acc = dpwssd(acc, sub16(maddubs(q6, load32(qp, oa + 192)), load16x16(pc, oc + 192)), s6)
-                    acc = dpwssd(acc, sub16(maddubs(q7, load32(qp, oa + 224)), load16x16(pc, oc + 224)), s7)
-                    d = np.float32(dx * yd[t, b])
-                    so = 32 * (r * TOK_TILE + t - t0)
-                    store8xf32(sums, so, fadd(load8xf32(sums, so), fmul(splatf(d), cvt_f32(acc))))
-        for n in range(r0, r1):
-            for t in range(t0, t1):
-                s = np.float32(0.0)
-                for l in range(8):
-                    s = s + sums[n - r0, t - t0, l]
-                out[t, n] = s
-
-
-# ------------------------------------------------------------------------------------ gemm, 512-bit (AVX512BW)
-
-Z_ROW_TILE = 16
-Z_TOK_TILE = 32
-
-
-@jit
-def _unpack_z(w, o, v, m0f, m03, m32):
-    """Signed quants (-32..31) of element groups [2v | 2v+1] of the repacked block at flat byte offset o."""
-    lo = and64(srl16x2(bcast32x2(w, o + 32 * v), 0, 4), m0f)
-    hi = and64(srl16x2(bcast32x2(w, o + 128 + 32 * (v // 2)), 4 * (v % 2), 4 * (v % 2) + 2), m03)
-    return sub8z(or64(lo, sll16z(hi, 4)), m32)
-
-
-@jit
-def _scales_z(w, n, ob, v):
-    """<32 x i16> scales for groups [2v | 2v+1]: (sc[4v], sc[4v+1]) pairs, then (sc[4v+2], sc[4v+3])."""
-    return scales4pairs(w, n * w.shape[1] + ob + 192 + 4 * v)
-
-
-@pjit
-def _gemm_z(w, qu, ydT, out):
-    """zmm gemm; ydT (nb, Tp) f32 = token-major yd (Tp = T rounded up to 8, padding zero).
-
-    Activations are taken unsigned (qu = q8 + 128, 1..255) against the signed 6-bit quants, so vpmaddubsw needs
-    no per-token correction: sum (a+128)*q = sum a*q + 128 * sum q, and the second term, through the same
-    scale pipeline, is a per-(row, block) constant (vpmaddubsw of 128 x q) that starts each token's accumulator
-    negated. No saturation: |pair| <= 2*255*32 = 16320; lane sums < 2^31. Each thread takes Z_ROW_TILE rows and
-    runs through the tokens Z_TOK_TILE at a time, block by block, two rows at a time; each zmm covers element
-    groups [2v | 2v+1] (64 contiguous permuted activations); lanes l and l+8 are folded to aux32[l] per (row,
-    token, block); sums[l] += (dx*dy) * aux32[l], then sumf = 0 + sums[0] + ... + sums[7] (ggml's generic
-    order), 8 rows per vector (rows8_lane_sums)."""
-    N, rb = w.shape
-    T, K = qu.shape
-    nb = K // QK_K
-    Tp = ydT.shape[1]
-    n_rt = (N + Z_ROW_TILE - 1) // Z_ROW_TILE
-    for rt in prange(n_rt):
-        r0 = rt * Z_ROW_TILE
-        r1 = min(N, r0 + Z_ROW_TILE)
-        # row Z_ROW_TILE: scratch for the partner of an odd last row
-        sums = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE, 8), np.float32)
-        dbuf = np.empty((2, Z_TOK_TILE), np.float32)
-        m0f = splat8z(15)
-        m03 = splat8z(3)
-        m32 = splat8z(32)
-        u128 = splat8z(128)
-        for t0 in range(0, T, Z_TOK_TILE):
-            t1 = min(T, t0 + Z_TOK_TILE)
-            for t in range(t0, t1):  # this tile's output lines, written at its end
-                prefetchw(out, 4 * (t * N + r0))
-                prefetchw(out, 4 * (t * N + r1) - 4)
-            n_tc = (t1 - t0 + 7) // 8
-            for b in range(nb):
-                ob = b * BLOCK_BYTES
+            if HAS_AVX512:
                 for n in range(r0, r1, 2):
-                    n2 = min(n + 1, r1 - 1)
-                    ra = n - r0
-                    rb2 = n + 1 - r0 if n + 1 < r1 else Z_ROW_TILE
-                    oa_ = n * rb + ob
-                    ob_ = n2 * rb + ob
-                    a0 = _unpack_z(w, oa_, 0, m0f, m03, m32)
-                    a1 = _unpack_z(w, oa_, 1, m0f, m03, m32)
-                    a2 = _unpack_z(w, oa_, 2, m0f, m03, m32)
-                    a3 = _unpack_z(w, oa_, 3, m0f, m03, m32)
-                    b0 = _unpack_z(w, ob_, 0, m0f, m03, m32)
-                    b1 = _unpack_z(w, ob_, 1, m0f, m03, m32)
-                    b2 = _unpack_z(w, ob_, 2, m0f, m03, m32)
-                    b3 = _unpack_z(w, ob_, 3, m0f, m03, m32)
-                    sa0 = _scales_z(w, n, ob, 0)
-                    sa1 = _scales_z(w, n, ob, 1)
-                    sa2 = _scales_z(w, n, ob, 2)
-                    sa3 = _scales_z(w, n, ob, 3)
-                    sb0 = _scales_z(w, n2, ob, 0)
-                    sb1 = _scales_z(w, n2, ob, 1)
-                    sb2 = _scales_z(w, n2, ob, 2)
-                    sb3 = _scales_z(w, n2, ob, 3)
-                    ca = dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(u128, a0), sa0), maddubs_z(u128, a1), sa1)
-                    ca = dpwssd_z(dpwssd_z(ca, maddubs_z(u128, a2), sa2), maddubs_z(u128, a3), sa3)
-                    cb = dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(u128, b0), sb0), maddubs_z(u128, b1), sb1)
-                    cb = dpwssd_z(dpwssd_z(cb, maddubs_z(u128, b2), sb2), maddubs_z(u128, b3), sb3)
-                    ca = sub32z(zero16x32(), ca)
-                    cb = sub32z(zero16x32(), cb)
-                    dxa = splatf(f16_to_f32(read_u16(w[n], ob + 208)))
-                    dxb = splatf(f16_to_f32(read_u16(w[n2], ob + 208)))
-                    for tc in range(n_tc):
-                        yv = load8xf32(ydT, 4 * (b * Tp + t0 + 8 * tc))
-                        store8xf32(dbuf, 32 * tc, fmul(dxa, yv))
-                        store8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc, fmul(dxb, yv))
+                    n1 = min(n + 1, r1 - 1)  # an odd last row pairs with itself (the copy is dropped)
+                    qa, sa, na = _decode(w, n, b, m0f, m03)
+                    qb, sb, nbb = _decode(w, n1, b, m0f, m03)
+                    q0 = cat8x2(qa[0], qb[0])
+                    q1 = cat8x2(qa[1], qb[1])
+                    q2 = cat8x2(qa[2], qb[2])
+                    q3 = cat8x2(qa[3], qb[3])
+                    q4 = cat8x2(qa[4], qb[4])
+                    q5 = cat8x2(qa[5], qb[5])
+                    q6 = cat8x2(qa[6], qb[6])
+                    q7 = cat8x2(qa[7], qb[7])
+                    s0 = cat16x2(sa[0], sb[0])
+                    s1 = cat16x2(sa[1], sb[1])
+                    s2 = cat16x2(sa[2], sb[2])
+                    s3 = cat16x2(sa[3], sb[3])
+                    s4 = cat16x2(sa[4], sb[4])
+                    s5 = cat16x2(sa[5], sb[5])
+                    s6 = cat16x2(sa[6], sb[6])
+                    s7 = cat16x2(sa[7], sb[7])
+                    nsc = cat16x2(na, nbb)
+                    dxa = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
+                    dxb = f16_to_f32(read_u16(w[n1], b * BLOCK_BYTES + 208))
                     for t in range(t0, t1):
                         oa = t * K + b * QK_K
-                        y0 = load64(qu, oa)
-                        y1 = load64(qu, oa + 64)
-                        y2 = load64(qu, oa + 128)
-                        y3 = load64(qu, oa + 192)
-                        ua = add32z(dpwssd_z(dpwssd_z(ca, maddubs_z(y0, a0), sa0), maddubs_z(y1, a1), sa1),
-                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(y2, a2), sa2), maddubs_z(y3, a3), sa3))
-                        ub = add32z(dpwssd_z(dpwssd_z(cb, maddubs_z(y0, b0), sb0), maddubs_z(y1, b1), sb1),
-                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(y2, b2), sb2), maddubs_z(y3, b3), sb3))
-                        so = 32 * (ra * Z_TOK_TILE + t - t0)
-                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
-                        store8xf32(sums, so, fadd(prev, fmul(bcastf(dbuf, 4 * (t - t0)), cvt_f32(fold16(ua)))))
-                        so = 32 * (rb2 * Z_TOK_TILE + t - t0)
-                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
-                        dy = bcastf(dbuf, 4 * (Z_TOK_TILE + t - t0))
-                        store8xf32(sums, so, fadd(prev, fmul(dy, cvt_f32(fold16(ub)))))
+                        v = dpwssd_z(zero16x32(), bcast16x16x2(bsums, 2 * (t * (K // 16) + 16 * b)), nsc)
+                        v = dpwssd_z(v, maddubs_z(q0, bcast32x2(qs, oa)), s0)
+                        v = dpwssd_z(v, maddubs_z(q1, bcast32x2(qs, oa + 32)), s1)
+                        v = dpwssd_z(v, maddubs_z(q2, bcast32x2(qs, oa + 64)), s2)
+                        v = dpwssd_z(v, maddubs_z(q3, bcast32x2(qs, oa + 96)), s3)
+                        v = dpwssd_z(v, maddubs_z(q4, bcast32x2(qs, oa + 128)), s4)
+                        v = dpwssd_z(v, maddubs_z(q5, bcast32x2(qs, oa + 160)), s5)
+                        v = dpwssd_z(v, maddubs_z(q6, bcast32x2(qs, oa + 192)), s6)
+                        v = dpwssd_z(v, maddubs_z(q7, bcast32x2(qs, oa + 224)), s7)
+                        so = 64 * (((n - r0) // 2) * TOK_TILE + t - t0)
+                        d = splat2f(np.float32(yd[t, b] * dxa), np.float32(yd[t, b] * dxb))
+                        store16xf32(acc, so, ffma_z(d, cvt_f32z(v), load16xf32(acc, so)))
+            else:
+                for n in range(r0, r1):
+                    q, sc, nsc32 = _decode(w, n, b, m0f, m03)
+                    dx = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
+                    for t in range(t0, t1):
+                        so = 32 * ((n - r0) * TOK_TILE + t - t0)
+                        d = np.float32(yd[t, b] * dx)
+                        v = cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b))
+                        store8xf32(acc, so, ffma(splatf(d), v, load8xf32(acc, so)))
+        for n in range(r0, r1):
             for t in range(t0, t1):
-                n = r0
-                while n + 8 <= r1:
-                    o = (n - r0) * Z_TOK_TILE + t - t0
-                    v = rows8_lane_sums(sums, 32 * o, 32 * Z_TOK_TILE, zerof())
-                    store8xf32(out, 4 * (t * N + n), v)
-                    n += 8
-                for n in range(n, r1):
-                    s = np.float32(0.0)
-                    for l in range(8):
-                        s = s + sums[n - r0, t - t0, l]
-                    out[t, n] = s
-
-@jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
-def _prep_z(qs, d, qu, ydT):
-    """Q8_K activations -> _gemm_z's inputs in one pass: qu (T, K) uint8 = q8 + 128 in kquants.PERM order,
-    ydT (nb, Tp) f32 = d transposed (callers zero the padding tokens)."""
-    T, K = qs.shape
-    for t in range(T):
-        for g in range(K // 32):
-            perm32_flip_store(qu, t * K + 32 * g, qs, t * K + 32 * g)
-        for b in range(K // QK_K):
-            ydT[b, t] = d[t, b]
+                if HAS_AVX512:  # row pair (n - r0) // 2, half n % 2
+                    so = 64 * (((n - r0) // 2) * TOK_TILE + t - t0) + 32 * ((n - r0) % 2)
+                else:
+                    so = 32 * ((n - r0) * TOK_TILE + t - t0)
+                out[t, n] = hsum_float_8(load8xf32(acc, so))
 
 
-def _pack_fast(raw, K):
-    out = np.empty_like(raw)
-    _repack(raw, out)
-    return (out,)
-
-
-def _gemv_fast(packed, a, out):
-    k = kquants.prepare(a, 32)
-    _gemv(packed[0], k.qp, k.pcorr, k.d, out)
-
-
-def _gemm_fast(packed, a, out):
-    if HAS_AVX512:
-        T, K = a.qs.shape
-        qu = np.empty((T, K), np.uint8)
-        ydT = np.zeros((K // QK_K, (T + 7) // 8 * 8), np.float32)
-        _prep_z(a.qs, a.d, qu, ydT)
-        _gemm_z(packed[0], qu, ydT, out)
-    else:
-        k = kquants.prepare(a, 32)
-        _gemm(packed[0], k.qp, k.pcorr, k.d, out)
+def _mm_fast(packed, a, out):
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
 
 
 if HAS_AVX2:
-    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
-                                  _gemv_fast, _gemm_fast))
+    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
+                                  _mm_fast, _mm_fast))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))
