@@ -160,8 +160,15 @@ def _gemv_fused(ws, x2, outs):
         gemv1.gemv_many_q8_0(code, p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
 
 
-def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1)."""
+def _gemm(w, a, out, llama_order):
+    fn = w.fmt.gemm_llama if llama_order and w.fmt.gemm_llama is not None else w.fmt.gemm
+    fn(w.packed, a, out)
+
+
+def matmul(w: Weight, x: np.ndarray, out: np.ndarray, llama_order: bool = False) -> np.ndarray:
+    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1). llama_order: for
+    T > 1 use llama.cpp's batch order where it differs from its single-token order (BlockFormat.gemm_llama);
+    otherwise every row of a batch equals the single-token product bit for bit."""
     if (w.fused is not None and type(x) is np.ndarray and type(out) is np.ndarray and x.shape == w._x1
             and out.shape == w._o1 and x.dtype is _F32 and out.dtype is _F32 and x.flags.c_contiguous
             and out.flags.c_contiguous and out.flags.writeable):
@@ -181,11 +188,11 @@ def matmul(w: Weight, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     if T == 1:
         w.fmt.gemv(w.packed, a, out2)
     else:
-        w.fmt.gemm(w.packed, a, out2)
+        _gemm(w, a, out2, llama_order)
     return out
 
 
-def matmul_many(weights, x: np.ndarray, outs) -> list:
+def matmul_many(weights, x: np.ndarray, outs, llama_order: bool = False) -> list:
     """outs[i] (T, N_i) = matmul(weights[i], x, outs[i]) for weights sharing the inner size K, with x converted
     once per vec_dot_type (and, for T == 1 on the fused formats, up to 3 products in one parallel region).
     Results are bit-identical to separate matmul calls. Returns outs."""
@@ -225,5 +232,8 @@ def matmul_many(weights, x: np.ndarray, outs) -> list:
         vt = w.fmt.vec_dot_type
         if vt not in acts:
             acts[vt] = quantize_activations(vt, x2)
-        (w.fmt.gemv if T == 1 else w.fmt.gemm)(w.packed, acts[vt], outs2[i])
+        if T == 1:
+            w.fmt.gemv(w.packed, acts[vt], outs2[i])
+        else:
+            _gemm(w, acts[vt], outs2[i], llama_order)
     return outs

@@ -206,9 +206,10 @@ class Context:
         self.n_ubatch = max(1, min(n_ubatch, self.n_batch))
         self.cache_type = cache_type_k
         # llama.cpp sums attention in tinyBLAS order for batches of >= 2 tokens and in ggml_vec_dot order
-        # for single tokens, so its logits depend on batching (fixtures README 5). By default we use the
-        # single-token order always: prefill in any split equals token-by-token decoding bit for bit.
-        # batch_invariant=False follows llama.cpp's choice (eval-callback uses it to line up with logs).
+        # for single tokens, and its repacked Q4_K products per 64 weights in groups of 4 tokens but per
+        # 256 alone, so its logits depend on batching (fixtures README 5). By default we use the
+        # single-token orders always: prefill in any split equals token-by-token decoding bit for bit.
+        # batch_invariant=False follows llama.cpp's choices (eval-callback uses it to line up with logs).
         self.batch_invariant = batch_invariant
         if n_threads is not None:
             from kernels.config import set_num_threads
@@ -296,6 +297,7 @@ class Context:
         rope_args = (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
                      hp.yarn_attn_factor, corr_dims, m.rope_freqs)
         temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None  # (T,) mistral3
+        lo = not self.batch_invariant  # llama.cpp's batch order for products whose batched order differs
         g = None
         if trace is not None:
             from .graph_trace import GraphTrace
@@ -336,7 +338,7 @@ class Context:
                 self._qkv_traced(g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args)
             else:
                 rms_norm_mul(x, eps, L.attn_norm, cur)
-                matmul_many(L.qkv, cur, [q, k, v])  # x quantized once, one parallel region
+                matmul_many(L.qkv, cur, [q, k, v], lo)  # x quantized once, one parallel region
                 for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
                     if b is not None:
                         add(out, b, out)
@@ -349,7 +351,7 @@ class Context:
             kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
             attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
                       hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
-            matmul(L.attn_output, kqv_out, attn_out)
+            matmul(L.attn_output, kqv_out, attn_out, lo)
             if g:
                 self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
                 attn_name = g.attn_out(il, attn_out, L.attn_output.name, H * D)
@@ -377,7 +379,7 @@ class Context:
                 g.norm((f"norm-{il}", f"ffn_norm-{il}"), normed, f"ffn_inp-{il}", fcur, f"blk.{il}.ffn_norm.weight")
             else:
                 rms_norm_mul(fi, eps, L.ffn_norm, fcur)
-            matmul_many(L.gate_up, fcur, [gt, u])
+            matmul_many(L.gate_up, fcur, [gt, u], lo)
             if L.ffn_gate_b is not None:
                 add(gt, L.ffn_gate_b, gt)
             if g:
@@ -389,7 +391,7 @@ class Context:
             swiglu(gt, u, gt)
             if g:
                 g.swiglu(il, gt)
-            matmul(L.ffn_down, gt, fo)
+            matmul(L.ffn_down, gt, fo, lo)
             if L.ffn_down_b is not None:
                 add(fo, L.ffn_down_b, fo)
             if g:
@@ -413,7 +415,7 @@ class Context:
         else:
             rms_norm_mul(x, eps, m.output_norm, out_norm)
         logits = np.empty((Tn, hp.n_vocab), dtype=np.float32)
-        matmul(m.output, out_norm, logits)
+        matmul(m.output, out_norm, logits, lo)
         if g:
             g.matmul("result_output", logits, m.output.name, E, "result_norm")
         return logits
@@ -442,7 +444,7 @@ class Context:
         for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, H, q_r),
                                                ("Vcur", L.attn_v, L.attn_v_b, v, Hkv, None),
                                                ("Kcur", L.attn_k, L.attn_k_b, k, Hkv, k_r)):
-            matmul(W, cur, out)
+            matmul(W, cur, out, not self.batch_invariant)
             raw = out.copy()
             if b is not None:
                 add(out, b, out)

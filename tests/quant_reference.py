@@ -4,7 +4,8 @@
   (ggml-cpu/arch/x86/quants.c) and generic flavour (ggml-quants.c *_ref), quantize_row_q8_K_ref;
 * `unpack_<type>`: a weight row's blocks -> integer quants and scales, vectorised numpy;
 * `vec_dot(type, w_row_bytes, act_row_bytes, flavour)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic
-  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q6_K) with numpy
+  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q6_K, and the repacked
+  Q4_K gemv's; "x86-sb": the repacked Q4_K gemm's) with numpy
   float32 scalars, one block at a time, in the C operation order.
 """
 
@@ -237,7 +238,31 @@ def fma32(a, b, c) -> np.float32:
 
 
 # the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
-X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K)
+X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K)
+
+
+def _vec_dot_q4_K_x86(w, act, sb: bool = False) -> np.float32:
+    """x86 llama.cpp repacks Q4_K (q4_K_8x8): ggml_gemv_q4_K_8x8_q8_K accumulates per super-block
+    acc = fma(I, dx*dy, acc), accm = fma(M, dminx*dy, accm) with the exact integer sums I = sum_j sc_j * q.y
+    and M = sum_j min_j * (bsums of sub-block j); result acc - accm. ggml_gemm_q4_K_8x8_q8_K (groups of 4
+    tokens) does the same per 64-weight pair of sub-blocks (sb=True)."""
+    dy, qy, bsums = q8_blocks(act, "Q8_K")
+    dx, dmx, sc, mn, q = unpack_q4_k(w)
+    acc = f32(0)
+    accm = f32(0)
+    for b in range(len(dx)):
+        d = f32(dx[b] * dy[b])
+        dmin = f32(dmx[b] * dy[b])
+        isub = (np.repeat(sc[b], 32) * q[b] * qy[b]).reshape(8, 32).sum(axis=1)   # per sub-block
+        msub = mn[b] * bsums[b].reshape(8, 2).sum(axis=1)
+        if sb:
+            for j in range(4):
+                acc = fma32(f32(isub[2 * j] + isub[2 * j + 1]), d, acc)
+                accm = fma32(f32(msub[2 * j] + msub[2 * j + 1]), dmin, accm)
+        else:
+            acc = fma32(f32(isub.sum()), d, acc)
+            accm = fma32(f32(msub.sum()), dmin, accm)
+    return f32(acc - accm)
 
 
 def _vec_dot_q6_K_x86(w, act) -> np.float32:
@@ -286,6 +311,8 @@ def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "gene
     t = GGMLType(ggml_type)
     if flavour == "x86" and t == GGMLType.Q6_K:
         return _vec_dot_q6_K_x86(w, act)
+    if flavour in ("x86", "x86-sb") and t == GGMLType.Q4_K:
+        return _vec_dot_q4_K_x86(w, act, sb=flavour == "x86-sb")
     if flavour == "x86" and t in X86_ORDER_TYPES:
         return _vec_dot_x86(t, w, act)
     sumf = f32(0)

@@ -101,6 +101,23 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
 
+@pytest.mark.skipif(not HAS_AVX2, reason="the x86 orders are those of the AVX2 kernels")
+@pytest.mark.parametrize("T", [4, 9, 13, 35])
+def test_q4_K_llama_batch_order(T):
+    """llama_order=True follows x86 llama.cpp's repacked Q4_K: the first T - T % 4 tokens in
+    ggml_gemm_q4_K_8x8_q8_K's per-64-weight order, the rest in ggml_gemv_q4_K_8x8_q8_K's per-block order; the
+    default (batch-invariant) gives every token the gemv order."""
+    K, N = 768, 24
+    raw, w = _weight(G.Q4_K, N, K, 700 + T)
+    x = _x(T, K, 800 + T)
+    out = np.full((T, N), np.nan, np.float32)
+    matmul(w, x, out, llama_order=True)
+    T4 = T - T % 4
+    assert np.array_equal(out[:T4], R.matmul(G.Q4_K, raw, x[:T4], "x86-sb"))
+    assert np.array_equal(out[T4:], R.matmul(G.Q4_K, raw, x[T4:], "x86"))
+    assert not np.array_equal(out[:T4], _run(w, x)[:T4])  # the orders do differ on these inputs
+
+
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 def test_close_to_float64_dequantized_product(t):
     """|y - W x| <= sum_k |W_nk| |x_k - xq_k| (+ the fp16 rounding of Q8_1's s) + float slack."""

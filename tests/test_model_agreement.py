@@ -121,10 +121,11 @@ def test_real_greedy(path):
     assert float(np.median(worst)) <= LLAMA_NOISE
 
 
-# tiny files whose weights all use kernels in ggml's x86 order (Q4_1, Q5_0, Q5_1, Q8_0, Q6_K output; F32 norms)
+# tiny files whose weights all use kernels in ggml's x86 order (Q4_1, Q5_0, Q5_1, Q8_0, Q6_K, Q4_K; F32 norms)
 X86_EXACT = [p for p in TINY_GREEDY
              if any(p.name.startswith(f"tiny-{m}__") for m in
-                    ("llama-Q4_1", "llama-Q5_0", "llama-Q5_1", "llama-Q6_K", "llama-Q8_0", "qwen2-Q8_0"))]
+                    ("llama-Q4_1", "llama-Q5_0", "llama-Q5_1", "llama-Q6_K", "llama-Q8_0", "qwen2-Q8_0",
+                     "llama-Q4_K_M", "qwen2-Q4_K_M", "mistral3-Q4_K_M"))]
 
 
 @pytest.mark.parametrize("path", X86_EXACT, ids=lambda p: p.stem)
@@ -139,12 +140,15 @@ def test_tiny_logits_bit_exact_in_llama_batch_order(path):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("path", [p for p in REAL_GREEDY if p.name.startswith("SmolLM2")], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in REAL_GREEDY if p.name.startswith("SmolLM2") or "p1_plain" in p.name],
+                         ids=lambda p: p.stem)
 def test_smollm2_logits_bit_exact_in_llama_batch_order(path):
     """SmolLM2 (Q4_1 weights, Q8_0 output) uses only kernels whose x86 float order we follow (ggml's AVX2
     q4_1_q8_1 / q8_0_q8_0 dots, tinyBLAS F16 attention for the prompt batch, the AVX-512 expf): evaluated in
     llama.cpp's batch order (batch_invariant=False, as eval-callback runs), every recorded top-5 logit of
-    every step equals llama.cpp's bit for bit, F16 and F32 cache, and so do the generated ids."""
+    every step equals llama.cpp's bit for bit, F16 and F32 cache, and so do the generated ids. So do the
+    Qwen2.5 models' (Q4_K/Q6_K, the 0.5B also Q5_0/Q8_0) runs of the 5-token prompt p1_plain; their longer
+    prompts (13 and 36 tokens) still differ by ~0.1 (not understood yet: see the session notes)."""
     rec = json.loads(path.read_text())
     cache = "f32" if path.stem.endswith("kvf32") else "f16"
     logits = _run_forced(_model(real_model_path(rec["model"])), rec, cache, batch_invariant=False)

@@ -10,6 +10,7 @@ Adding a format = writing one module and listing it in kernels/quants/__init__.p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 from typing import Any, Callable
 
 import numpy as np
@@ -30,6 +31,9 @@ class BlockFormat:
     # gemv(packed, Activations with T == 1, out (1, N) f32) / gemm(packed, Activations, out (T, N) f32)
     gemv: Callable[..., None]
     gemm: Callable[..., None]
+    # the batched product in llama.cpp's batch order where that differs from its single-token order (x86
+    # llama.cpp's repacked Q4_K runs ggml_gemm_q4_K_8x8_q8_K on the first T - T % 4 tokens); None: gemm
+    gemm_llama: Optional[Callable[..., None]] = None
 
     @property
     def name(self) -> str:

@@ -12,7 +12,7 @@ one call per (group of) weights does:
                weight i (8-row groups for the 32-weight formats), i.e. a static split in few large pieces
 
 Every output row gets the same integer sums and the same float operation sequence as the format modules' gemv
-(q32.gemv_group for the 32-weight formats, q4_k._row_dot, q6_k.row_dot_x86), so results are bit-identical to
+(q32.gemv_group for the 32-weight formats, q4_k.row_dot_x86, q6_k.row_dot_x86), so results are bit-identical to
 `matmul` with T > 1 rows and to the slow reference, for any thread count.
 
 The weights' packed layouts are those of the format modules (q32.py, q4_k.py 148-byte blocks, q6_k.py): a
@@ -34,10 +34,8 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K
-from . import q32, q6_k
-from ._bits import f16_to_f32, read_u16
-from ._simd import (and8, cvt_f32, dpwssd, fadd, fmul, hsum32, lanef, load32, load8_i16_as_i32, load8_u8_as_i32,
-                    maddubs, mul32, prefetch_span, splat16, splat8, splatf, srl16, zero32, zerof)
+from . import q32, q4_k, q6_k
+from ._simd import prefetch_span
 from .activations import q8_0_x86_row, q8_1_x86_row, q8_K_row
 from .kquants import PERM
 
@@ -146,42 +144,13 @@ def _prep_q8K_row(x, qs, d, bsums, qp, bs32):
 
 
 @jit
-def _q4k_row(w, n, qp, yd, bs32):
-    """q4_k._row_dot for token 0 (same float sequence): ggml_vec_dot_q4_K_q8_K_generic."""
-    nb = yd.shape[1]
-    rb = w.shape[1]
-    m0f = splat8(15)
-    sums = zerof()
-    sumf = np.float32(0.0)
-    for b in range(nb):
-        o = n * rb + b * 148
-        oa = b * QK_K
-        acc = zero32()
-        for c in range(4):
-            q = load32(w, o + 32 * c)
-            lo = and8(q, m0f)
-            hi = and8(srl16(q, 4), m0f)
-            acc = dpwssd(acc, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, b * 148 + 128 + 2 * c]))
-            acc = dpwssd(acc, maddubs(hi, load32(qp, oa + 64 * c + 32)), splat16(w[n, b * 148 + 129 + 2 * c]))
-        dy = yd[0, b]
-        d = np.float32(f16_to_f32(read_u16(w[n], b * 148 + 144)) * dy)
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-        sumi = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (8 * b))))
-        dmin = np.float32(f16_to_f32(read_u16(w[n], b * 148 + 146)) * dy)
-        sumf = sumf - np.float32(dmin * np.float32(sumi))
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
-
-
-@jit
 def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
     """Rows [n0, n1) of a K-quant weight; prefetch pf bytes ahead (see _simd.prefetch_span)."""
     rb = w.shape[1]
     if F == 0:
         for n in range(n0, n1):
             prefetch_span(w, n * rb + pf, rb)
-            out[0, n] = _q4k_row(w, n, qp, yd, bs32)
+            out[0, n] = q4_k.row_dot_x86(w, n, qp, 0, yd, bs32, False)
     else:
         for n in range(n0, n1):
             prefetch_span(w, n * rb + pf, rb)

@@ -35,13 +35,13 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast_pair16, bcast32x2, bcastf, dpwssd_z, fold16,
-                    gather8f, load16x16, load64, maddubs_z, perm32_store, prefetchw, rows8_lane_sums, scales2x16,
-                    splat8z, srl16x2, zero16x32)
-from ._simd import (add32, and8, cvt_f32, dpwssd, fadd, fmul, fsub, hsum32, lanef, load32,
-                    load8_i16_as_i32, load8_u8_as_i32, load8x32, load8xf32, maddubs,
-                    mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
-                    store8xf32, zero32, zerof)
+from ..fp16 import fma_f32
+from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16, load16x16,
+                    load64, maddubs_z, perm32_store, prefetchw, scales2x16, splat8z, srl16x2, zero16x32)
+from ._simd import (add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
+                    load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
+                    store8xf32, zero32)
+from .activations import Activations
 from .base import BlockFormat, register
 
 BLOCK_BYTES = 144
@@ -147,34 +147,41 @@ def _repack(raw, out):
 
 
 @jit
-def _row_dot(w, n, qp, t, yd, bs32):
-    """One repacked row . one permuted activation row (ggml_vec_dot_q4_K_q8_K_generic float order)."""
+def row_dot_x86(w, n, qp, t, yd, bs32, SB):
+    """One repacked row . one permuted activation row in ggml's x86 order (module docstring): per super-block
+    (SB False: ggml_gemv_q4_K_8x8_q8_K) or per 64-weight half-pair sb (SB True: ggml_gemm_q4_K_8x8_q8_K)
+    acc = fma(I, dx*dy, acc) and accm = fma(M, dminx*dy, accm) with the exact integer sums I, M; acc - accm."""
     nb = yd.shape[1]
     K = nb * QK_K
     rb = w.shape[1]
     m0f = splat8(15)
-    sums = zerof()
-    sumf = np.float32(0.0)
+    acc = np.float32(0.0)
+    accm = np.float32(0.0)
     for b in range(nb):
         o = n * rb + b * PACKED_BYTES
         oa = t * K + b * QK_K
-        acc = zero32()
-        for c in range(4):
+        dy = yd[t, b]
+        d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)) * dy)
+        dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)) * dy)
+        v = zero32()
+        for c in range(4):  # chunk c = sub-blocks 2c (low nibbles) and 2c+1 (high) = ggml's sb
             q = load32(w, o + 32 * c)
             lo = and8(q, m0f)
             hi = and8(srl16(q, 4), m0f)
-            acc = dpwssd(acc, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, b * PACKED_BYTES + 128 + 2 * c]))
-            acc = dpwssd(acc, maddubs(hi, load32(qp, oa + 64 * c + 32)),
-                         splat16(w[n, b * PACKED_BYTES + 129 + 2 * c]))
-        dy = yd[t, b]
-        d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)) * dy)
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-        sumi = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
-        dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)) * dy)
-        sumf = sumf - np.float32(dmin * np.float32(sumi))
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
+            if SB:
+                v = zero32()
+            v = dpwssd(v, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, b * PACKED_BYTES + 128 + 2 * c]))
+            v = dpwssd(v, maddubs(hi, load32(qp, oa + 64 * c + 32)), splat16(w[n, b * PACKED_BYTES + 129 + 2 * c]))
+            if SB:
+                acc = fma_f32(np.float32(hsum32(v)), d, acc)
+                m = (np.int32(w[n, b * PACKED_BYTES + 136 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c])
+                     + np.int32(w[n, b * PACKED_BYTES + 137 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c + 1]))
+                accm = fma_f32(np.float32(m), dmin, accm)
+        if not SB:
+            acc = fma_f32(np.float32(hsum32(v)), d, acc)
+            m = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+            accm = fma_f32(np.float32(m), dmin, accm)
+    return np.float32(acc - accm)
 
 
 @pjit
@@ -182,7 +189,7 @@ def _gemv(w, qp, yd, bs32, out):
     rb = w.shape[1]
     for n in prange(w.shape[0]):
         prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
-        out[0, n] = _row_dot(w, n, qp, 0, yd, bs32)
+        out[0, n] = row_dot_x86(w, n, qp, 0, yd, bs32, False)
 
 
 ROW_TILE = 16
@@ -192,9 +199,9 @@ TOK_TILE = 32
 @pjit
 def _gemm(w, qp, yd, bs32, out):
     """Tiles of ROW_TILE rows x TOK_TILE tokens; inside a tile, block by block: each (row, block) is unpacked
-    once and used for every token of the tile, whose activations for that block stay in L1. The min term
-    (sumi = sum_j mins[j] * bsums) and its float update are done 8 tokens at a time (lanes = tokens, each
-    lane the C sequence sumf -= (dmin_x * d_y) * sumi)."""
+    once and used for every token of the tile, whose activations for that block stay in L1. Per (row, token)
+    row_dot_x86's sequence (SB False); the min term (M = sum_j mins[j] * bs32[j]) and its FMA are done 8
+    tokens at a time (lanes = tokens)."""
     N = w.shape[0]
     T, K = qp.shape
     nb = K // QK_K
@@ -206,8 +213,8 @@ def _gemm(w, qp, yd, bs32, out):
         r1 = min(N, r0 + ROW_TILE)
         t0 = (tile % n_tt) * TOK_TILE
         t1 = min(T, t0 + TOK_TILE)
-        sums = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
-        sumf = np.zeros((ROW_TILE, TOK_TILE), np.float32)
+        acc = np.zeros((ROW_TILE, TOK_TILE), np.float32)
+        accm = np.zeros((ROW_TILE, TOK_TILE), np.float32)
         # token-major copies for the vectorised min term (padding tokens: zeros)
         bsT = np.zeros((nb, 8, TOK_TILE), np.int32)
         ydT = np.zeros((nb, TOK_TILE), np.float32)
@@ -247,17 +254,16 @@ def _gemm(w, qp, yd, bs32, out):
                 r = n - r0
                 for t in range(t0, t1):
                     oa = t * K + b * QK_K
-                    acc = dpwssd(zero32(), maddubs(l0, load32(qp, oa)), s0)
-                    acc = dpwssd(acc, maddubs(h0, load32(qp, oa + 32)), s1)
-                    acc = dpwssd(acc, maddubs(l1, load32(qp, oa + 64)), s2)
-                    acc = dpwssd(acc, maddubs(h1, load32(qp, oa + 96)), s3)
-                    acc = dpwssd(acc, maddubs(l2, load32(qp, oa + 128)), s4)
-                    acc = dpwssd(acc, maddubs(h2, load32(qp, oa + 160)), s5)
-                    acc = dpwssd(acc, maddubs(l3, load32(qp, oa + 192)), s6)
-                    acc = dpwssd(acc, maddubs(h3, load32(qp, oa + 224)), s7)
+                    v = dpwssd(zero32(), maddubs(l0, load32(qp, oa)), s0)
+                    v = dpwssd(v, maddubs(h0, load32(qp, oa + 32)), s1)
+                    v = dpwssd(v, maddubs(l1, load32(qp, oa + 64)), s2)
+                    v = dpwssd(v, maddubs(h1, load32(qp, oa + 96)), s3)
+                    v = dpwssd(v, maddubs(l2, load32(qp, oa + 128)), s4)
+                    v = dpwssd(v, maddubs(h2, load32(qp, oa + 160)), s5)
+                    v = dpwssd(v, maddubs(l3, load32(qp, oa + 192)), s6)
+                    v = dpwssd(v, maddubs(h3, load32(qp, oa + 224)), s7)
                     d = np.float32(dx * yd[t, b])
-                    so = 32 * (r * TOK_TILE + t - t0)
-                    store8xf32(sums, so, fadd(load8xf32(sums, so), fmul(splatf(d), cvt_f32(acc))))
+                    acc[r, t - t0] = fma_f32(np.float32(hsum32(v)), d, acc[r, t - t0])
                 for tc in range(n_tc):
                     ob8 = 4 * (8 * tc)
                     sumi = mul32(splat32(w[n, ob + 136]), load8x32(bsT, 4 * (b * 8 * TOK_TILE) + ob8))
@@ -266,13 +272,19 @@ def _gemm(w, qp, yd, bs32, out):
                                                  load8x32(bsT, 4 * ((b * 8 + j) * TOK_TILE) + ob8)))
                     dmin = fmul(splatf(dmx), load8xf32(ydT, 4 * (b * TOK_TILE) + ob8))
                     sf = 4 * (r * TOK_TILE) + ob8
-                    store8xf32(sumf, sf, fsub(load8xf32(sumf, sf), fmul(dmin, cvt_f32(sumi))))
+                    store8xf32(accm, sf, ffma(cvt_f32(sumi), dmin, load8xf32(accm, sf)))
         for n in range(r0, r1):
             for t in range(t0, t1):
-                s = sumf[n - r0, t - t0]
-                for l in range(8):
-                    s = s + sums[n - r0, t - t0, l]
-                out[t, n] = s
+                out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
+
+
+@pjit
+def _gemm_rows(w, qp, yd, bs32, SB, out):
+    """row_dot_x86 for every (row, token): the llama batch order (SB) without AVX512."""
+    T = qp.shape[0]
+    for n in prange(w.shape[0]):
+        for t in range(T):
+            out[t, n] = row_dot_x86(w, n, qp, t, yd, bs32, SB)
 
 
 # ------------------------------------------------------------------------------------ gemm, 512-bit (AVX512BW)
@@ -298,9 +310,10 @@ def _unpack_z(w, n, ob, rb, m0f):
 
 
 @jit
-def _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, r, bsP, ydT, sumf):
-    """sumf[r, tokens] -= (dmin * dy) * sumi for row n, block at byte ob, 8 tokens per ymm: sumi = sum_j
-    min[j] * bsum[j] by vpdpwssd on (min[2j], min[2j+1]) x (bsum[2j], bsum[2j+1]) pairs."""
+def _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, r, bsP, ydT, accm, SB):
+    """accm[r, tokens] = fma(M, dmin * dy, accm) for row n, block at byte ob, 8 tokens per ymm: M = sum_j
+    min[j] * bs32[j] by vpdpwssd on (min[2j], min[2j+1]) x (bs32[2j], bs32[2j+1]) pairs - per super-block, or
+    per pair j (= ggml's sb) when SB."""
     m01 = bcast_pair16(w, n * rb + ob + 136)
     m23 = bcast_pair16(w, n * rb + ob + 138)
     m45 = bcast_pair16(w, n * rb + ob + 140)
@@ -309,29 +322,49 @@ def _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, r, bsP, ydT, sumf):
     for tc in range(n_tc):
         tg = t0 + 8 * tc
         pb = 2 * (2 * (4 * b * Tp + tg))  # bsP[b, 0, tg, 0]
-        sumi = dpwssd(zero32(), load16x16(bsP, pb), m01)
-        sumi = dpwssd(sumi, load16x16(bsP, pb + 4 * Tp), m23)
-        sumi = dpwssd(sumi, load16x16(bsP, pb + 8 * Tp), m45)
-        sumi = dpwssd(sumi, load16x16(bsP, pb + 12 * Tp), m67)
         dmin = fmul(dmx, load8xf32(ydT, 4 * (b * Tp + tg)))
-        sf = 4 * (r * sumf.shape[1] + 8 * tc)
-        prev = load8xf32(sumf, sf) if b > 0 else zerof()  # ggml's sumf starts at 0
-        store8xf32(sumf, sf, fsub(prev, fmul(dmin, cvt_f32(sumi))))
+        sf = 4 * (r * accm.shape[1] + 8 * tc)
+        a = load8xf32(accm, sf)
+        if SB:
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb), m01)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 4 * Tp), m23)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 8 * Tp), m45)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 12 * Tp), m67)), dmin, a)
+        else:
+            m = dpwssd(zero32(), load16x16(bsP, pb), m01)
+            m = dpwssd(m, load16x16(bsP, pb + 4 * Tp), m23)
+            m = dpwssd(m, load16x16(bsP, pb + 8 * Tp), m45)
+            m = dpwssd(m, load16x16(bsP, pb + 12 * Tp), m67)
+            a = ffma(cvt_f32(m), dmin, a)
+        store8xf32(accm, sf, a)
+
+
+@jit
+def _acc_z(acc, r, tt, d, u0, u1, u2, u3, SB):
+    """acc[r, tt] = fma(I, d, acc[r, tt]) with I the exact sum of the chunk vectors u0..u3: once per block, or
+    once per chunk (= ggml's sb) when SB."""
+    a = acc[r, tt]
+    if SB:
+        a = fma_f32(np.float32(hsum32(fold16(u0))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u1))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u2))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u3))), d, a)
+    else:
+        a = fma_f32(np.float32(hsum32(fold16(add32z(add32z(u0, u1), add32z(u2, u3))))), d, a)
+    acc[r, tt] = a
 
 
 @pjit
-def _gemm_z(w, qp, ydT, bsP, out):
+def _gemm_z(w, qp, ydT, bsP, SB, out):
     """zmm gemm on the same repacked rows; ydT (nb, Tp) f32 and bsP (nb, 4, Tp, 2) int16 = bs32 pairs
     (2j, 2j+1) are token-major copies (Tp = T rounded up to 8, padding zero) for the vectorised min term.
 
     Each thread takes Z_ROW_TILE rows and runs through the tokens Z_TOK_TILE at a time, block by block, two
     rows at a time; per (row, block) the 8 sub-blocks are unpacked once into 4 zmm, each [sub-block 2c | 2c+1]
     = [low | high nibbles of chunk c], so one zmm activation load (64 contiguous permuted quants) feeds each;
-    with the scale vectors [sc(2c) x16 | sc(2c+1) x16] vpmaddubsw + vpdpwssd leave lane l (+8) = aux32[l]
-    parts of the two sub-blocks, folded to aux32[0..7] once per (row, token, block). d = dx*dy is computed for
-    the token tile per (row, block) and broadcast from memory; the min term is _min_term_z's. Float order as in
-    _gemm (ggml's generic order); the final sumf + sums[0] + ... + sums[7] runs 8 rows per vector
-    (rows8_lane_sums)."""
+    with the scale vectors [sc(2c) x16 | sc(2c+1) x16] vpmaddubsw + vpdpwssd give chunk c's integer sum in 16
+    lanes. Per (row, token) row_dot_x86's float sequence (SB as there): d = dx*dy is computed for the token
+    tile per (row, block); the min term is _min_term_z's."""
     N = w.shape[0]
     T, K = qp.shape
     nb = K // QK_K
@@ -342,8 +375,8 @@ def _gemm_z(w, qp, ydT, bsP, out):
         r0 = rt * Z_ROW_TILE
         r1 = min(N, r0 + Z_ROW_TILE)
         # row Z_ROW_TILE: scratch for the partner of an odd last row
-        sums = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE, 8), np.float32)
-        sumf = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
+        acc = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE), np.float32)
+        accm = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
         dbuf = np.empty((2, Z_TOK_TILE), np.float32)
         m0f = splat8z(15)
         for t0 in range(0, T, Z_TOK_TILE):
@@ -351,6 +384,8 @@ def _gemm_z(w, qp, ydT, bsP, out):
             for t in range(t0, t1):  # this tile's output lines, written at its end
                 prefetchw(out, 4 * (t * N + r0))
                 prefetchw(out, 4 * (t * N + r1) - 4)
+            acc[:] = 0
+            accm[:] = 0
             n_tc = (t1 - t0 + 7) // 8
             for b in range(nb):
                 ob = b * PACKED_BYTES
@@ -372,31 +407,19 @@ def _gemm_z(w, qp, ydT, bsP, out):
                         y1 = load64(qp, oa + 64)
                         y2 = load64(qp, oa + 128)
                         y3 = load64(qp, oa + 192)
-                        ua = add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0), maddubs_z(a1, y1), sa1),
-                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2), maddubs_z(a3, y3), sa3))
-                        ub = add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0), maddubs_z(b1, y1), sb1),
-                                    dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2), maddubs_z(b3, y3), sb3))
-                        so = 32 * (ra * Z_TOK_TILE + t - t0)
-                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
-                        store8xf32(sums, so, fadd(prev, fmul(bcastf(dbuf, 4 * (t - t0)), cvt_f32(fold16(ua)))))
-                        so = 32 * (rb2 * Z_TOK_TILE + t - t0)
-                        prev = load8xf32(sums, so) if b > 0 else zerof()  # ggml's sums start at 0
-                        dy = bcastf(dbuf, 4 * (Z_TOK_TILE + t - t0))
-                        store8xf32(sums, so, fadd(prev, fmul(dy, cvt_f32(fold16(ub)))))
+                        _acc_z(acc, ra, t - t0, dbuf[0, t - t0],
+                               dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0), dpwssd_z(zero16x32(), maddubs_z(a1, y1), sa1),
+                               dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2), dpwssd_z(zero16x32(), maddubs_z(a3, y3), sa3),
+                               SB)
+                        _acc_z(acc, rb2, t - t0, dbuf[1, t - t0],
+                               dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0), dpwssd_z(zero16x32(), maddubs_z(b1, y1), sb1),
+                               dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2), dpwssd_z(zero16x32(), maddubs_z(b3, y3), sb3),
+                               SB)
                 for n in range(r0, r1):
-                    _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, n - r0, bsP, ydT, sumf)
+                    _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, n - r0, bsP, ydT, accm, SB)
             for t in range(t0, t1):
-                n = r0
-                while n + 8 <= r1:
-                    o = (n - r0) * Z_TOK_TILE + t - t0
-                    v = rows8_lane_sums(sums, 32 * o, 32 * Z_TOK_TILE, gather8f(sumf, 4 * o, 4 * Z_TOK_TILE))
-                    store8xf32(out, 4 * (t * N + n), v)
-                    n += 8
-                for n in range(n, r1):
-                    s = sumf[n - r0, t - t0]
-                    for l in range(8):
-                        s = s + sums[n - r0, t - t0, l]
-                    out[t, n] = s
+                for n in range(r0, r1):
+                    out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
 
 
 @jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
@@ -427,7 +450,7 @@ def _gemv_fast(packed, a, out):
     _gemv(packed[0], k.qp, k.d, k.bs32, out)
 
 
-def _gemm_fast(packed, a, out):
+def _gemm_fast(packed, a, out, sb=False):
     if HAS_AVX512:
         T, K = a.qs.shape
         nb, Tp = K // QK_K, (T + 7) // 8 * 8
@@ -435,19 +458,37 @@ def _gemm_fast(packed, a, out):
         ydT = np.zeros((nb, Tp), np.float32)
         bsP = np.zeros((nb, 4, Tp, 2), np.int16)
         _prep_z(a.qs, a.bsums, a.d, qp, ydT, bsP)
-        _gemm_z(packed[0], qp, ydT, bsP, out)
+        _gemm_z(packed[0], qp, ydT, bsP, sb, out)
     else:
         k = kquants.prepare(a, 0)
-        _gemm(packed[0], k.qp, k.d, k.bs32, out)
+        if sb:
+            _gemm_rows(packed[0], k.qp, k.d, k.bs32, True, out)
+        else:
+            _gemm(packed[0], k.qp, k.d, k.bs32, out)
 
 
 def _pack_raw(raw, K):
     return (raw,)
 
 
+def _gemm_llama(packed, a, out):
+    """llama.cpp's batch order (ggml-cpu repack.cpp forward_mul_mat): the first T - T % 4 tokens through
+    ggml_gemm_q4_K_8x8_q8_K (per-sb order), the rest through ggml_gemv_q4_K_8x8_q8_K (per-block order)."""
+    T = a.qs.shape[0]
+    T4 = T - T % 4
+    for t0, t1, sb in ((0, T4, True), (T4, T, False)):
+        if t1 > t0:
+            part = Activations(a.vec_dot_type)
+            part.qs, part.d, part.bsums = a.qs[t0:t1], a.d[t0:t1], a.bsums[t0:t1]
+            if t1 - t0 == 1 and not sb:
+                _gemv_fast(packed, part, out[t0:t1])
+            else:
+                _gemm_fast(packed, part, out[t0:t1], sb)
+
+
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
-                                  _gemv_fast, _gemm_fast))
+                                  _gemv_fast, _gemm_fast, _gemm_llama))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))
