@@ -1108,3 +1108,42 @@ def store16xf32(typingctx, arr, offset, v):
         return context.get_dummy_value()
 
     return types.none(arr, offset, v), codegen
+
+
+@intrinsic
+def store8x32(typingctx, arr, offset, v):
+    """store 8 int32 at byte offset `offset`."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V8I32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        builder.store(args[2], builder.bitcast(p, V8I32.llvm_type().as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.none(arr, offset, v), codegen
+
+
+@intrinsic
+def sums8x8(typingctx, arr, offset):
+    """<8 x i32>: lane k = the sum of the 8 int32 at byte offset + 32k (eight vectors reduced at once by a
+    shuffle-and-add tree; integer sums, so the order is free)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        t = V8I32.llvm_type()
+        base = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = [builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_i64, 32 * k)]), t.as_pointer()), align=1)
+             for k in range(8)]
+
+        def pair(a, b, lo, hi):
+            return builder.add(builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 8), lo)),
+                               builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 8), hi)))
+
+        # level 1: lanes (a0+a1, b0+b1, a2+a3, b2+b3, ...); level 2: 4 partial sums of 4 vectors; level 3: totals
+        p = [pair(v[2 * i], v[2 * i + 1], [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15]) for i in range(4)]
+        q = [pair(p[2 * i], p[2 * i + 1], [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]) for i in range(2)]
+        return pair(q[0], q[1], [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+
+    return V8I32(arr, offset), codegen

@@ -37,7 +37,8 @@ from . import kquants
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
 from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16, load16x16,
-                    load64, maddubs_z, perm32_store, prefetchw, scales2x16, splat8z, srl16x2, zero16x32)
+                    load64, maddubs_z, perm32_store, prefetchw, scales2x16, splat8z, srl16x2, store8x32, sums8x8,
+                    zero16x32)
 from ._simd import (add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
                     store8xf32, zero32)
@@ -354,6 +355,13 @@ def _acc_z(acc, r, tt, d, u0, u1, u2, u3, SB):
     acc[r, tt] = a
 
 
+@jit
+def _block_sum_z(q0, q1, q2, q3, s0, s1, s2, s3, y0, y1, y2, y3):
+    """<8 x i32> whose lanes add up to the block's integer sum I (chunk vectors of one row, folded)."""
+    return fold16(add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q0, y0), s0), maddubs_z(q1, y1), s1),
+                         dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q2, y2), s2), maddubs_z(q3, y3), s3)))
+
+
 @pjit
 def _gemm_z(w, qp, ydT, bsP, SB, out):
     """zmm gemm on the same repacked rows; ydT (nb, Tp) f32 and bsP (nb, 4, Tp, 2) int16 = bs32 pairs
@@ -378,6 +386,7 @@ def _gemm_z(w, qp, ydT, bsP, SB, out):
         acc = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE), np.float32)
         accm = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
         dbuf = np.empty((2, Z_TOK_TILE), np.float32)
+        ibuf = np.empty((2, 8, 8), np.int32)  # per row of the pair: 8 tokens' folded integer sums
         m0f = splat8z(15)
         for t0 in range(0, T, Z_TOK_TILE):
             t1 = min(T, t0 + Z_TOK_TILE)
@@ -401,20 +410,50 @@ def _gemm_z(w, qp, ydT, bsP, SB, out):
                         yv = load8xf32(ydT, 4 * (b * Tp + t0 + 8 * tc))
                         store8xf32(dbuf, 32 * tc, fmul(dxa, yv))
                         store8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc, fmul(dxb, yv))
-                    for t in range(t0, t1):
-                        oa = t * K + b * QK_K
-                        y0 = load64(qp, oa)
-                        y1 = load64(qp, oa + 64)
-                        y2 = load64(qp, oa + 128)
-                        y3 = load64(qp, oa + 192)
-                        _acc_z(acc, ra, t - t0, dbuf[0, t - t0],
-                               dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0), dpwssd_z(zero16x32(), maddubs_z(a1, y1), sa1),
-                               dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2), dpwssd_z(zero16x32(), maddubs_z(a3, y3), sa3),
-                               SB)
-                        _acc_z(acc, rb2, t - t0, dbuf[1, t - t0],
-                               dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0), dpwssd_z(zero16x32(), maddubs_z(b1, y1), sb1),
-                               dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2), dpwssd_z(zero16x32(), maddubs_z(b3, y3), sb3),
-                               SB)
+                    if SB:
+                        for t in range(t0, t1):
+                            oa = t * K + b * QK_K
+                            y0 = load64(qp, oa)
+                            y1 = load64(qp, oa + 64)
+                            y2 = load64(qp, oa + 128)
+                            y3 = load64(qp, oa + 192)
+                            _acc_z(acc, ra, t - t0, dbuf[0, t - t0],
+                                   dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0),
+                                   dpwssd_z(zero16x32(), maddubs_z(a1, y1), sa1),
+                                   dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2),
+                                   dpwssd_z(zero16x32(), maddubs_z(a3, y3), sa3), True)
+                            _acc_z(acc, rb2, t - t0, dbuf[1, t - t0],
+                                   dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0),
+                                   dpwssd_z(zero16x32(), maddubs_z(b1, y1), sb1),
+                                   dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2),
+                                   dpwssd_z(zero16x32(), maddubs_z(b3, y3), sb3), True)
+                        continue
+                    # per-block order: the 16-lane integer sums of 8 tokens go to ibuf, are reduced together
+                    # (lanes = tokens), and the FMAs run 8 tokens per vector
+                    for tc in range(n_tc):
+                        ta = t0 + 8 * tc
+                        tb = min(t1, ta + 8)
+                        for t in range(ta, ta + 8):
+                            k = t - ta
+                            if t < tb:
+                                oa = t * K + b * QK_K
+                                y0 = load64(qp, oa)
+                                y1 = load64(qp, oa + 64)
+                                y2 = load64(qp, oa + 128)
+                                y3 = load64(qp, oa + 192)
+                                ia = _block_sum_z(a0, a1, a2, a3, sa0, sa1, sa2, sa3, y0, y1, y2, y3)
+                                ib = _block_sum_z(b0, b1, b2, b3, sb0, sb1, sb2, sb3, y0, y1, y2, y3)
+                                store8x32(ibuf, 32 * k, ia)
+                                store8x32(ibuf, 256 + 32 * k, ib)
+                            else:
+                                store8x32(ibuf, 32 * k, zero32())
+                                store8x32(ibuf, 256 + 32 * k, zero32())
+                        sa = 4 * (ra * Z_TOK_TILE + 8 * tc)
+                        store8xf32(acc, sa, ffma(cvt_f32(sums8x8(ibuf, 0)), load8xf32(dbuf, 32 * tc),
+                                                 load8xf32(acc, sa)))
+                        sb_ = 4 * (rb2 * Z_TOK_TILE + 8 * tc)
+                        db = load8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc)
+                        store8xf32(acc, sb_, ffma(cvt_f32(sums8x8(ibuf, 256)), db, load8xf32(acc, sb_)))
                 for n in range(r0, r1):
                     _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, n - r0, bsP, ydT, accm, SB)
             for t in range(t0, t1):
