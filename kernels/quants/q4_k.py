@@ -15,15 +15,21 @@ Dequantizer: dequantize_row_q4_K. Dot: ggml_vec_dot_q4_K_q8_K_generic (activatio
     aux32[l] (l = element index mod 8) += scale * q8*q;  sums[l] += (dx*dy) * aux32[l];
     sumf -= (dminx*dy) * sum_j bsums[j]*min[j/2];  finally sumf += sums[0..7] in order.
 
-Fast path (AVX2): rows repacked at load time to 148-byte blocks
+Fast path (AVX2): the float order of x86 llama.cpp, which repacks Q4_K weights (q4_K_8x8, ggml-cpu
+repack.cpp / arch/x86/repack.cpp) and never runs the generic dot: ggml_gemv_q4_K_8x8_q8_K accumulates per
+super-block acc = fma(I, dx*dy, acc) and accm = fma(M, dminx*dy, accm) with the exact integer sums
+I = sum_j scale_j * q.y and M = sum_j min_j * bsum32_j, and returns acc - accm; ggml_gemm_q4_K_8x8_q8_K (the
+first T - T % 4 tokens of a batch) does the same per 64-weight pair of sub-blocks ("sb"). row_dot_x86 has
+both (SB); matmul uses the gemv order for every token unless asked for llama.cpp's batch order
+(BlockFormat.gemm_llama). Rows are repacked at load time to 148-byte blocks
     [0:128)   qs permuted per 32-byte chunk by kquants.PERM (low nibbles: sub-block 2c, high: 2c+1)
     [128:136) the 8 scales, [136:144) the 8 mins (6-bit values as bytes), [144:146) d, [146:148) dmin
-and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., scale) -> int32 lane l =
-aux32[l] contribution (see kquants.py). Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
-|aux32| <= 8*63*4*15*127 < 2^24.
+and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., scale) -> int32 lanes whose
+sum is the chunk's integer sum. Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
+|I| <= 8*63*32*15*127 < 2^31 (its float conversion rounds as ggml's vcvtdq2ps).
 gemm with AVX512BW (_gemm_z): the same packed rows in zmm, two sub-blocks per instruction ([low | high
-nibbles of a chunk] against 64 contiguous activations), several tokens per unpacked (row, block); same int32
-aux32 values, same float order.
+nibbles of a chunk] against 64 contiguous activations), several tokens per unpacked (row, block); per-block
+integer sums of 8 tokens reduced together so the FMAs run 8 tokens per vector.
 """
 
 from __future__ import annotations
