@@ -5,7 +5,8 @@
 * `unpack_<type>`: a weight row's blocks -> integer quants and scales, vectorised numpy;
 * `vec_dot(type, w_row_bytes, act_row_bytes, flavour)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic
   (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q6_K, and the repacked
-  Q4_K gemv's; "x86-sb": the repacked Q4_K gemm's) with numpy
+  Q4_K gemv's, ggml_vec_dot_f32/f16's AVX512 lanes; "x86-sb": the repacked Q4_K gemm's; "x86-tb": tinyBLAS's
+  F32/F16 order) with numpy
   float32 scalars, one block at a time, in the C operation order.
 """
 
@@ -238,7 +239,41 @@ def fma32(a, b, c) -> np.float32:
 
 
 # the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
-X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K)
+X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K,
+                   GGMLType.F32, GGMLType.F16)
+
+
+def _reduce_add16(v) -> np.float32:
+    """_mm512_reduce_add_ps (GCC/clang tree: halves 8, 4, 2, 1)."""
+    h = [f32(v[l] + v[l + 8]) for l in range(8)]
+    h = [f32(h[l] + h[l + 4]) for l in range(4)]
+    return f32(f32(h[0] + h[2]) + f32(h[1] + h[3]))
+
+
+def _vec_dot_float_x86(t, wv, y, tinyblas: bool) -> np.float32:
+    """F32/F16 weights wv . activations y (float32 values): ggml_vec_dot_f32/f16 AVX512 (4 accumulators x 16
+    lanes over 64-element steps, (acc0+acc2)+(acc1+acc3), reduce tree; leftovers in double for F16) or
+    llamafile tinyBLAS (one 16-lane accumulator, reduce tree)."""
+    K = len(wv)
+    if tinyblas:
+        acc = [f32(0)] * 16
+        for k in range(0, K, 16):
+            acc = [fma32(wv[k + l], y[k + l], acc[l]) for l in range(16)]
+        return _reduce_add16(acc)
+    npart = K & ~63
+    acc = [[f32(0)] * 16 for _ in range(4)]
+    for i in range(0, npart, 64):
+        for j in range(4):
+            acc[j] = [fma32(wv[i + 16 * j + l], y[i + 16 * j + l], acc[j][l]) for l in range(16)]
+    r = _reduce_add16([f32(f32(acc[0][l] + acc[2][l]) + f32(acc[1][l] + acc[3][l])) for l in range(16)])
+    if npart < K:
+        if t != GGMLType.F16:
+            raise NotImplementedError("F32 leftovers follow GCC's code generation; the tests use K % 64 == 0")
+        sd = float(r)
+        for i in range(npart, K):
+            sd += float(f32(wv[i] * y[i]))
+        r = f32(sd)
+    return r
 
 
 def _vec_dot_q4_K_x86(w, act, sb: bool = False) -> np.float32:
@@ -309,6 +344,9 @@ def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "gene
     """One weight row (raw bytes) . one activation row (block bytes of the vec_dot_type, or float32 values
     for F32/F16/BF16), generic ggml order; flavour "x86" gives the AVX2 order for X86_ORDER_TYPES."""
     t = GGMLType(ggml_type)
+    if flavour in ("x86", "x86-tb") and t in (GGMLType.F32, GGMLType.F16):
+        wv = w.view(np.float32) if t == GGMLType.F32 else w.view(np.float16).astype(np.float32)
+        return _vec_dot_float_x86(t, wv, np.asarray(act, np.float32), flavour == "x86-tb")
     if flavour == "x86" and t == GGMLType.Q6_K:
         return _vec_dot_q6_K_x86(w, act)
     if flavour in ("x86", "x86-sb") and t == GGMLType.Q4_K:

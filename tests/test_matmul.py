@@ -118,6 +118,22 @@ def test_q4_K_llama_batch_order(T):
     assert not np.array_equal(out[:T4], _run(w, x)[:T4])  # the orders do differ on these inputs
 
 
+@pytest.mark.skipif(not HAS_AVX2, reason="the x86 orders are those of the AVX2/AVX512 kernels")
+@pytest.mark.parametrize("t", [G.F32, G.F16], ids=["F32", "F16"])
+def test_float_weights_llama_batch_order(t):
+    """llama_order=True gives batches (T >= 2) llamafile tinyBLAS's order, as llama.cpp's mul_mat does for
+    F32/F16 weights; single tokens keep ggml_vec_dot's."""
+    K, N, T = 320, 9, 3
+    raw, w = _weight(t, N, K, 900 + int(t))
+    x = _x(T, K, 901 + int(t))
+    out = np.full((T, N), np.nan, np.float32)
+    matmul(w, x, out, llama_order=True)
+    assert np.array_equal(out, R.matmul(t, raw, x, "x86-tb"))
+    one = np.full((1, N), np.nan, np.float32)
+    matmul(w, x[:1], one, llama_order=True)
+    assert np.array_equal(one, R.matmul(t, raw, x[:1], "x86"))
+
+
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 def test_close_to_float64_dequantized_product(t):
     """|y - W x| <= sum_k |W_nk| |x_k - xq_k| (+ the fp16 rounding of Q8_1's s) + float slack."""
