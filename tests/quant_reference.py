@@ -240,7 +240,7 @@ def fma32(a, b, c) -> np.float32:
 
 # the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
 X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K,
-                   GGMLType.F32, GGMLType.F16)
+                   GGMLType.F32, GGMLType.F16, GGMLType.Q4_0)
 
 
 def _reduce_add16(v) -> np.float32:
@@ -347,6 +347,13 @@ def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "gene
     if flavour in ("x86", "x86-tb") and t in (GGMLType.F32, GGMLType.F16):
         wv = w.view(np.float32) if t == GGMLType.F32 else w.view(np.float16).astype(np.float32)
         return _vec_dot_float_x86(t, wv, np.asarray(act, np.float32), flavour == "x86-tb")
+    if flavour == "x86" and t == GGMLType.Q4_0:  # repacked q4_0_8x8 gemv/gemm: fma(sumi, dx*dy, sumf)
+        dy, qy = q8_blocks(act, "Q8_0")
+        dx, qx = unpack_q4_0(w)
+        sumf = f32(0)
+        for b in range(len(dx)):
+            sumf = fma32(f32(int((qx[b] * qy[b]).sum())), f32(dx[b] * dy[b]), sumf)
+        return sumf
     if flavour == "x86" and t == GGMLType.Q6_K:
         return _vec_dot_q6_K_x86(w, act)
     if flavour in ("x86", "x86-sb") and t == GGMLType.Q4_K:

@@ -64,7 +64,7 @@ def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
             _q32_span(w, g0, g1, 192 * XS, 32 * XS, 64 * XS, True, 0, 5, False, qa, yd, ys, asum, out, pf)
     else:
         if F == 0:    # Q4_0
-            _q32_span(w, g0, g1, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out, pf)
         elif F == 1:  # Q5_0
             _q32_span(w, g0, g1, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum4, out, pf)
         else:         # Q8_0

@@ -1,8 +1,7 @@
 """Fast (AVX2) gemv/gemm shared by the 32-weight block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 
-Which float order: Q4_0 follows ggml's generic C (mode 0 below; llama.cpp on x86 repacks Q4_0 into its
-q4_0_8x8 kernels, not ported); Q4_1, Q5_1, Q5_0 and Q8_0 follow the AVX2 kernels an x86 llama.cpp runs
-(modes 4, 5 below): measured against the fixtures, that order makes SmolLM2's eval-callback trace and greedy
+Which float order: that of the kernels an x86 llama.cpp runs: Q4_0 its repacked q4_0_8x8 kernels (mode 6),
+Q4_1, Q5_1, Q5_0 and Q8_0 the AVX2 vec_dot kernels (modes 4, 5 below): measured against the fixtures, that order makes SmolLM2's eval-callback trace and greedy
 logits identical to llama.cpp's, where the generic order diverged from layer 3 on (README, "Agreement").
 
 The generic dot products need one int32 sum per block (no lane order). Rows are repacked at load time in
@@ -37,6 +36,9 @@ at the end (hsum_float_8):
     4  Q5_0, Q8_0:  acc[j] = fma(dx * dy, (float)lane_j, acc[j]);  s = hsum_float_8(acc)
     5  Q4_1, Q5_1:  the same, plus summs = fma(mx, sy, summs) (GCC contracts `summs += mx*sy`);
                     s = hsum_float_8(acc) + summs
+    6  Q4_0:        x86 llama.cpp repacks Q4_0 (q4_0_8x8) and its gemv and gemm both do, per block,
+                    sumf = fma((float)sumi, dx * dy, sumf) (arch/x86/repack.cpp): one int32 sum per block as
+                    in the generic modes, so the 8-row layout of mode 0 serves
 
 Here chunk j of the interleaved layout (low nibbles for j < 4, high nibbles for j >= 4 in the 4-bit formats)
 is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8 rows' accumulators.
@@ -149,6 +151,8 @@ def _combine(sumf, acc, SUB, asum_tb, MODE, w, o, HAS_M, dy, sy):
         acc = sub32(acc, splat32(SUB * asum_tb))
     fs = cvt_f32(acc)
     dx = load8_f16(w, o)
+    if MODE == 6:  # x86 llama.cpp's repacked Q4_0 (ggml_gemv/gemm_q4_0_8x8_q8_0): fma(sumi, dx*dy, sumf)
+        return ffma(fs, fmul(dx, splatf(dy)), sumf)
     if MODE == 0:
         return fadd(sumf, fmul(fmul(fs, dx), splatf(dy)))
     if MODE == 1:
@@ -389,7 +393,7 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     nb = qa.shape[1] // QK
     m0f = splat8(15)
     prefetch_span(w, (g + 1) * gb, gb)  # next group (see _simd.prefetch_span)
-    if MODE >= 4:  # x86 modes: groups of XG rows
+    if MODE == 4 or MODE == 5:  # x86 lane modes: groups of XG rows
         x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out)
         return
     sumf = zerof()
@@ -426,7 +430,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     g0 = r0 // G
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
-    if MODE >= 4:  # x86 modes: 8 accumulators per row; the group's weights stay in L1 across the tokens
+    if MODE == 4 or MODE == 5:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
             t = t0
             if XG == 16 and QH < 0:  # two tokens per pass over the group's weights (Q5: measured no faster)

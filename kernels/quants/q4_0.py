@@ -6,8 +6,10 @@ Block (18 bytes):
                  w[j]      = (llll - 8) * d      j in 0..15
                  w[j + 16] = (hhhh - 8) * d
 
-Dequantizer: ggml-quants.c dequantize_row_q4_0. Dot: ggml_vec_dot_q4_0_q8_0_generic:
-    sumf += sumi * dx * dy   (i.e. (sumi*dx)*dy) per block.
+Dequantizer: ggml-quants.c dequantize_row_q4_0. Dot: ggml_vec_dot_q4_0_q8_0_generic (the portable path):
+    sumf += sumi * dx * dy   (i.e. (sumi*dx)*dy) per block;
+the fast path follows x86 llama.cpp, which repacks Q4_0 (ggml_gemv/gemm_q4_0_8x8_q8_0, arch/x86/repack.cpp):
+    sumf = fma((float)sumi, dx * dy, sumf) per block (q32 mode 6), for one token or many.
 """
 
 from __future__ import annotations
@@ -83,13 +85,13 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 144, -1, 16, False, 8, 0, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):
