@@ -19,8 +19,7 @@ without it the format modules select their scalar kernels. The features are thos
 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES honoured); SYNAPSE_NO_SIMD=1 forces the scalar kernels.
 
 512-bit section (end of file, `HAS_AVX512`: AVX512F+BW): V64I8 / V32I16 / V16I32 values and the zmm pieces of
-the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, an 8-row
-lane-sum transpose, prefetchw).
+the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, prefetchw).
 """
 
 from __future__ import annotations
@@ -259,21 +258,6 @@ def load16_i8_as_i16(typingctx, arr, offset):
         return builder.sext(v, V16I16.llvm_type())
 
     return V16I16(arr, offset), codegen
-
-
-@intrinsic
-def halves16(typingctx, a, b):
-    """<16 x i16>: a in the 8 low lanes, b in the 8 high lanes (two sub-block scales of a 32-byte chunk)."""
-    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        v8 = ir.VectorType(_i16, 8)
-        lo = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int16), v8)
-        hi = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), v8)
-        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
-
-    return V16I16(a, b), codegen
 
 
 @intrinsic(prefer_literal=True)
@@ -635,7 +619,6 @@ def _make_wide_binop(vt: Vec, op: str):
 
 and64 = _make_wide_binop(V64I8, "and_")
 or64 = _make_wide_binop(V64I8, "or_")
-sub8z = _make_wide_binop(V64I8, "sub")
 add32z = _make_wide_binop(V16I32, "add")
 
 
@@ -728,77 +711,6 @@ def fold16(typingctx, a):
     return V8I32(a), codegen
 
 
-@intrinsic
-def bcastf(typingctx, arr, offset):
-    """<8 x float> = the float32 at byte offset `offset`, repeated (vbroadcastss from memory)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        v = builder.load(builder.bitcast(p, ir.FloatType().as_pointer()), align=1)
-        return _splat(builder, v, V8F32.llvm_type())
-
-    return V8F32(arr, offset), codegen
-
-
-sub32z = _make_wide_binop(V16I32, "sub")
-
-
-@intrinsic
-def gather8f(typingctx, arr, offset, stride):
-    """<8 x float>: lane j = the float32 at byte offset offset + j*stride."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        off = context.cast(builder, args[1], sig.args[1], types.int64)
-        st = context.cast(builder, args[2], sig.args[2], types.int64)
-        v = ir.Constant(V8F32.llvm_type(), ir.Undefined)
-        for j in range(8):
-            o = builder.add(off, builder.mul(st, ir.Constant(_i64, j)))
-            p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
-            x = builder.load(builder.bitcast(p, ir.FloatType().as_pointer()), align=1)
-            v = builder.insert_element(v, x, ir.Constant(_i32, j))
-        return v
-
-    return V8F32(arr, offset, stride), codegen
-
-
-@intrinsic
-def rows8_lane_sums(typingctx, arr, offset, stride, init):
-    """<8 x float>: lane j = ((init[j] + v_j[0]) + v_j[1]) + ... + v_j[7], v_j = the 8 floats at byte offset
-    offset + j*stride: eight rows' ggml `sums[0..7]` folded in ggml's sequential order, via an 8x8 transpose
-    (unpack / shuffle / 128-bit permute), so the gemm epilogues need no scalar loop."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)
-            and init == V8F32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        off = context.cast(builder, args[1], sig.args[1], types.int64)
-        st = context.cast(builder, args[2], sig.args[2], types.int64)
-        vt = V8F32.llvm_type()
-        r = []
-        for j in range(8):
-            o = builder.add(off, builder.mul(st, ir.Constant(_i64, j)))
-            p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
-            r.append(builder.load(builder.bitcast(p, vt.as_pointer()), align=1))
-
-        def shuf(x, y, mask):
-            return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(_i32, 8), mask))
-
-        a = [shuf(r[2 * k], r[2 * k + 1], [0, 8, 1, 9, 4, 12, 5, 13]) for k in range(4)]
-        b = [shuf(r[2 * k], r[2 * k + 1], [2, 10, 3, 11, 6, 14, 7, 15]) for k in range(4)]
-        lo, hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
-        c = [shuf(a[0], a[1], lo), shuf(a[0], a[1], hi), shuf(b[0], b[1], lo), shuf(b[0], b[1], hi),
-             shuf(a[2], a[3], lo), shuf(a[2], a[3], hi), shuf(b[2], b[3], lo), shuf(b[2], b[3], hi)]
-        s = args[3]
-        for l in range(8):
-            m = [0, 1, 2, 3, 8, 9, 10, 11] if l < 4 else [4, 5, 6, 7, 12, 13, 14, 15]
-            s = builder.fadd(s, shuf(c[l % 4], c[4 + l % 4], m))
-        return s
-
-    return V8F32(arr, offset, stride, init), codegen
 
 
 def _make_expand_z(nbytes, signed, mask):
@@ -822,7 +734,6 @@ def _make_expand_z(nbytes, signed, mask):
 # the 2 unsigned bytes at offset, each over 16 int16 lanes: Q4_K/Q5_K sub-block scales [sc(2c) x16 | sc(2c+1) x16]
 scales2x16 = _make_expand_z(2, False, [0] * 16 + [1] * 16)
 # the 4 signed bytes at offset as (b0, b1) x8 then (b2, b3) x8: Q6_K scale pairs of two 32-element groups
-scales4pairs = _make_expand_z(4, True, [0, 1] * 8 + [2, 3] * 8)
 
 
 @intrinsic
@@ -883,7 +794,6 @@ def _make_perm32_store(flip: bool):
 
 
 perm32_store = _make_perm32_store(False)       # Q8_K quants in kquants.PERM order
-perm32_flip_store = _make_perm32_store(True)   # the same, as unsigned q + 128
 
 
 # 512-bit pieces of the x86-order gemv/gemm of the 32-weight formats (q32.rows16_x86_z): one zmm holds one AVX
