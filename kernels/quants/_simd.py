@@ -19,7 +19,8 @@ without it the format modules select their scalar kernels. The features are thos
 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES honoured); SYNAPSE_NO_SIMD=1 forces the scalar kernels.
 
 512-bit section (end of file, `HAS_AVX512`: AVX512F+BW): V64I8 / V32I16 / V16I32 values and the zmm pieces of
-the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, prefetchw).
+the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, prefetchw;
+as16z, load32x16z, unpack_nibbles64 for the token-lane Q4_K gemm).
 """
 
 from __future__ import annotations
@@ -1057,3 +1058,53 @@ def sums8x8(typingctx, arr, offset):
         return pair(q[0], q[1], [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
 
     return V8I32(arr, offset), codegen
+
+
+# pieces of the token-lane Q4_K gemm (q4_k._gemm_vnni): 16 tokens per zmm, weights broadcast 4 bytes at a time
+
+@intrinsic
+def as16z(typingctx, v):
+    """<16 x i32> reinterpreted as <32 x i16> (no instruction)."""
+    if v != V16I32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], V32I16.llvm_type())
+
+    return V32I16(v), codegen
+
+
+@intrinsic
+def load32x16z(typingctx, arr, offset):
+    """32 int16 at byte offset `offset` (unaligned)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(p, V32I16.llvm_type().as_pointer()), align=1)
+
+    return V32I16(arr, offset), codegen
+
+
+@intrinsic
+def unpack_nibbles64(typingctx, dst, doff, src, soff):
+    """dst[doff + i] = src[soff + i] & 15 and dst[doff + 32 + i] = src[soff + i] >> 4 for i < 32: a 32-byte
+    chunk of packed 4-bit quants as 64 bytes (low nibbles, then high)."""
+    if not (_is_array(dst) and _is_array(src) and isinstance(doff, types.Integer)
+            and isinstance(soff, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        t = V32I8.llvm_type()
+        ps = _byte_ptr(context, builder, sig.args[2], args[2], args[3], sig.args[3])
+        v = builder.load(builder.bitcast(ps, t.as_pointer()), align=1)
+        lo = builder.and_(v, ir.Constant(t, [15] * 32))
+        hi = builder.lshr(v, ir.Constant(t, [4] * 32))
+        pd = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        builder.store(lo, builder.bitcast(pd, t.as_pointer()), align=1)
+        builder.store(hi, builder.bitcast(builder.gep(pd, [ir.Constant(_i64, 32)]), t.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.none(dst, doff, src, soff), codegen
