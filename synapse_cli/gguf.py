@@ -269,6 +269,19 @@ class GGUFReader:
     def tensor(self, name: str) -> TensorInfo | None:
         return self._by_name.get(name)
 
+    def release(self, t: TensorInfo) -> None:
+        """Drop the mapping's resident pages of `t`'s data (madvise MADV_DONTNEED on the whole pages inside
+        it): for a tensor whose bytes were copied into another layout, so the copy and the mapped original do
+        not both count in the process's resident size. The view stays valid: a later read faults the pages
+        back in from the page cache. No-op for in-memory readers and where madvise is missing."""
+        if not isinstance(self._mm, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        start = -(-t.offset // page) * page
+        end = (t.offset + t.nbytes) // page * page
+        if end > start:
+            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors)
 

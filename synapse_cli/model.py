@@ -109,7 +109,10 @@ class Model:
             t = tensor(name, (n_in, n_out), required)
             if t is None:
                 return None
-            return Weight(t.ggml_type, t.data, n_in, n_out, name=name)
+            w = Weight(t.ggml_type, t.data, n_in, n_out, name=name)
+            if not any(np.may_share_memory(a, t.data) for a in w.packed):
+                reader.release(t)  # repacked: the kernels never read the mapped bytes (get_rows re-faults them)
+            return w
 
         def vector(name: str, n: int, required: bool = True) -> np.ndarray | None:
             t = tensor(name, (n,), required)
