@@ -423,14 +423,15 @@ def field_type(name: str) -> str:
     return "STRING"
 
 
-# the fields llama-bench fills from options synapse does not have: llama-bench's defaults, except the
-# two that describe how synapse computes (no flash attention, no weight repacking)
+# the fields llama-bench fills from options synapse does not have: llama-bench's defaults, except
+# flash_attn, which says how synapse computes (no flash attention); like llama.cpp's CPU backend by default,
+# synapse repacks weights at load (kernels/quants: the 32-weight formats and Q4_K), so repack is true
 FIXED_FIELDS = {
     "gpu_info": "", "backends": "CPU", "cpu_mask": "0x0", "cpu_strict": False, "poll": 50,
     "n_gpu_layers": -1, "n_cpu_moe": 0, "split_mode": "layer", "main_gpu": 0, "no_kv_offload": False,
     "flash_attn": 0, "devices": "auto", "tensor_split": "0.00", "tensor_buft_overrides": "none",
     "load_mode": "auto", "lazy_mode": "auto", "embeddings": False, "no_op_offload": 0, "no_host": False,
-    "repack": False, "fit_target": 0, "fit_min_ctx": 0,
+    "repack": True, "fit_target": 0, "fit_min_ctx": 0,
 }
 
 # synapse-only fields, appended after llama-bench's (md/csv/json/jsonl; never in sql)
