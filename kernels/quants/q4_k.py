@@ -575,25 +575,11 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
                         g0 = tg // 16
                         oy = 4 * (b * Tp + tg)           # ydT[b, tg]
                         oa = 4 * (ra * V_TOK_TILE + tg - t0)
-                        i00 = zero16x32()
-                        i01 = zero16x32()
-                        i10 = zero16x32()
-                        i11 = zero16x32()
-                        i20 = zero16x32()
-                        i21 = zero16x32()
-                        i30 = zero16x32()
-                        i31 = zero16x32()
+                        i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()  # block sums I
                         for c in range(4):
                             for h in range(4):
                                 j = 2 * c + h // 2
-                                s00 = zero16x32()
-                                s01 = zero16x32()
-                                s10 = zero16x32()
-                                s11 = zero16x32()
-                                s20 = zero16x32()
-                                s21 = zero16x32()
-                                s30 = zero16x32()
-                                s31 = zero16x32()
+                                s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero16x32()  # half sums S
                                 for q in range(4):
                                     k = 16 * c + 4 * h + q   # 4-weight group in the block
                                     y0 = load64(qT, 64 * (g0 * nq + 64 * b + k))
@@ -622,7 +608,9 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
                                 v = as16z(splat32z(sc[24 + j]))
                                 i30 = dpwssd_z(i30, as16z(s30), v)
                                 i31 = dpwssd_z(i31, as16z(s31), v)
-                            if SB:  # ggml_gemm_q4_K_8x8_q8_K: one FMA per 64-weight pair
+                            # ggml_gemm_q4_K_8x8_q8_K (SB): one FMA per 64-weight pair; ggml_gemv_q4_K_8x8_q8_K:
+                            # one per block
+                            if SB or c == 3:
                                 _fma_tokens(acc, oa, i00, dx[0], ydT, oy)
                                 _fma_tokens(acc, oa + 64, i01, dx[0], ydT, oy + 64)
                                 _fma_tokens(acc, oa + 4 * V_TOK_TILE, i10, dx[1], ydT, oy)
@@ -631,23 +619,7 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
                                 _fma_tokens(acc, oa + 8 * V_TOK_TILE + 64, i21, dx[2], ydT, oy + 64)
                                 _fma_tokens(acc, oa + 12 * V_TOK_TILE, i30, dx[3], ydT, oy)
                                 _fma_tokens(acc, oa + 12 * V_TOK_TILE + 64, i31, dx[3], ydT, oy + 64)
-                                i00 = zero16x32()
-                                i01 = zero16x32()
-                                i10 = zero16x32()
-                                i11 = zero16x32()
-                                i20 = zero16x32()
-                                i21 = zero16x32()
-                                i30 = zero16x32()
-                                i31 = zero16x32()
-                        if not SB:  # ggml_gemv_q4_K_8x8_q8_K: one FMA per block
-                            _fma_tokens(acc, oa, i00, dx[0], ydT, oy)
-                            _fma_tokens(acc, oa + 64, i01, dx[0], ydT, oy + 64)
-                            _fma_tokens(acc, oa + 4 * V_TOK_TILE, i10, dx[1], ydT, oy)
-                            _fma_tokens(acc, oa + 4 * V_TOK_TILE + 64, i11, dx[1], ydT, oy + 64)
-                            _fma_tokens(acc, oa + 8 * V_TOK_TILE, i20, dx[2], ydT, oy)
-                            _fma_tokens(acc, oa + 8 * V_TOK_TILE + 64, i21, dx[2], ydT, oy + 64)
-                            _fma_tokens(acc, oa + 12 * V_TOK_TILE, i30, dx[3], ydT, oy)
-                            _fma_tokens(acc, oa + 12 * V_TOK_TILE + 64, i31, dx[3], ydT, oy + 64)
+                                i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()
                         # the min term accm = fma(M, dmin * dy, accm), M = sum_j min_j * bs32_j by vpdpwssd on
                         # (min 2j, min 2j+1) x (bs32 2j, bs32 2j+1) pairs: per block, or per pair (SB)
                         for r in range(4):
