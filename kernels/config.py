@@ -15,6 +15,12 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(PROJECT_ROOT / ".cache" / "numba"))
 
 import numba  # noqa: E402
 
+# numba reads NUMBA_CACHE_DIR when it is first imported: if something imported it before this module (a
+# script importing numba first), its cache would land in __pycache__ beside the sources, where a stale entry
+# outlives `rm -rf .cache/numba`. Its cache locator reads config.CACHE_DIR per function, so set it here too.
+if not numba.config.CACHE_DIR:
+    numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+
 # serial kernels (called from inside parallel ones, or small)
 jit = numba.njit(cache=True, fastmath=False, nogil=True)
 # small helpers inlined into their callers at numba-IR level (LLVM's inliner may leave a call whose vector

@@ -19,7 +19,8 @@ without it the format modules select their scalar kernels. The features are thos
 (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES honoured); SYNAPSE_NO_SIMD=1 forces the scalar kernels.
 
 512-bit section (end of file, `HAS_AVX512`: AVX512F+BW): V64I8 / V32I16 / V16I32 values and the zmm pieces of
-the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, prefetchw;
+the K-quant gemm kernels (load64, bcast32x2, srl16x2, maddubs_z, dpwssd_z, fold16, scale expanders, prefetchw,
+or16_mask for the Q5 fifth bits;
 as16z, load32x16z, unpack_nibbles64 for the token-lane Q4_K gemm).
 """
 
@@ -905,32 +906,21 @@ zero16f = _make_zero(V16F32)
 lanef_z = _make_lane(V16F32, types.float32)
 
 
-def _make_or_qh_z(shift_base: int):
-    @intrinsic
-    def or_qh(typingctx, q, v, j):
-        """q | 16 where the Q5 fifth bit of the element is set, for 16 interleaved rows: byte j of each 4-byte
-        row lane of v holds the bits of the row's elements (low nibble: lane j, high nibble: lane j + 4 in the
-        variant with shift_base 4). vpshufb (byte j of each lane, to all 4 bytes) + vptestmb + a masked vpord."""
-        if q != V64I8 or v != V64I8 or not isinstance(j, types.Integer):
-            return None
+@intrinsic
+def or16_mask(typingctx, q, arr, offset):
+    """q | 16 in the bytes whose bit is set in the 64-bit mask at byte `offset` of arr (bit i <-> byte i):
+    the Q5 fifth bits of one AVX lane of 16 rows, stored as a mask at repack time (kmovq + a masked vpord)."""
+    if not (q == V64I8 and _is_array(arr) and isinstance(offset, types.Integer)):
+        return None
 
-        def codegen(context, builder, sig, args):
-            _wide(builder)
-            jj = builder.trunc(context.cast(builder, args[2], sig.args[2], types.int32), _i8)
-            idx = builder.add(ir.Constant(V64I8.llvm_type(), [4 * ((k % 16) // 4) for k in range(64)]),
-                              _splat(builder, jj, V64I8.llvm_type()))
-            rep = _call(builder, "llvm.x86.avx512.pshuf.b.512", V64I8.llvm_type(), [args[1], idx])
-            bits = builder.and_(rep, ir.Constant(V64I8.llvm_type(), [1 << (shift_base + k % 4) for k in range(64)]))
-            nz = builder.icmp_unsigned("!=", bits, ir.Constant(V64I8.llvm_type(), None))
-            return builder.select(nz, builder.or_(args[0], ir.Constant(V64I8.llvm_type(), [16] * 64)), args[0])
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[1], args[1], args[2], sig.args[2])
+        m = builder.bitcast(builder.load(builder.bitcast(p, _i64.as_pointer()), align=1),
+                            ir.VectorType(ir.IntType(1), 64))
+        return builder.select(m, builder.or_(args[0], ir.Constant(V64I8.llvm_type(), [16] * 64)), args[0])
 
-        return V64I8(q, v, j), codegen
-
-    return or_qh
-
-
-or_qh_lo_z = _make_or_qh_z(0)
-or_qh_hi_z = _make_or_qh_z(4)
+    return V64I8(q, arr, offset), codegen
 
 
 # zmm pieces of the x86-order Q6_K gemm (q6_k._gemm_z): two rows per zmm, row n in the low half.

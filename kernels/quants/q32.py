@@ -13,7 +13,7 @@ the 8 raw blocks):
     [0:16)          d of the 8 rows, fp16
     [16:32)         m of the 8 rows, fp16                       (Q4_1, Q5_1)
     [QH:QH+32)      Q5 fifth bits: byte j of row r's 4-byte lane = bits of elements 4j..4j+3 (low nibble)
-                    and 16+4j..16+4j+3 (high nibble)            (Q5_0, Q5_1)
+                    and 16+4j..16+4j+3 (high nibble)            (Q5_0, Q5_1; 16-row groups: see below)
     [QS:QS+128)     4-bit formats: 4 chunks of 32 bytes, chunk j = raw qs bytes 4j..4j+3 of rows 0..7
                     (low nibbles: elements 4j..4j+3, high nibbles: 16+4j..16+4j+3)
     [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned)
@@ -45,7 +45,9 @@ is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8
 Offset formats subtract SUB * (sum of the lane's 4 activations), per lane: asum (K/4 columns) holds
 -SUB * sum, the starting value of vpdpbusd (a broadcast load, no arithmetic in the loop). With AVX512-VNNI the x86 modes use groups of XG = 16 rows (every offset above
 times 2: d [0:32), m [32:64), chunks of 64 bytes), one zmm per lane (rows16_x86_z); without it, 8 rows
-and one ymm per lane (rows8_x86). The two give the same bits (the same operations per lane).
+and one ymm per lane (rows8_x86). The two give the same bits (the same operations per lane). In 16-row groups
+the Q5 fifth bits are stored as one 64-bit mask per lane j at QH + 8j (bit 4r + i = element 4j + i of row r),
+so that a kmovq and a masked vpord add them (or16_mask; Q5_0/Q5_1 gemm +8-12 % over a byte shuffle + test).
 
 Bounds: |block sums| <= 32*255*127 < 2^24 (exact float conversion, no int32 overflow).
 Each format module passes its constants (GB, QH, QS, HAS_M, SUB, MODE, Q8) to gemv_group / gemm_tile from
@@ -59,7 +61,7 @@ from numba import prange
 
 from ..config import ijit, jit, pjit
 from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
-                    load64, or_qh_hi_z, or_qh_lo_z, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
+                    load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
                     store8xf32, sub32, zero32, zerof)
@@ -93,10 +95,18 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
                 if QH_RAW >= 0:
                     qh = (np.uint32(row[o + QH_RAW]) | (np.uint32(row[o + QH_RAW + 1]) << 8)
                           | (np.uint32(row[o + QH_RAW + 2]) << 16) | (np.uint32(row[o + QH_RAW + 3]) << 24))
-                    for j in range(4):
-                        lo = (qh >> np.uint32(4 * j)) & np.uint32(15)
-                        hi = (qh >> np.uint32(16 + 4 * j)) & np.uint32(15)
-                        out[g, q + QH + 4 * r + j] = np.uint8(lo | (hi << np.uint32(4)))
+                    if R == 16:  # lane j's 64-bit mask at QH + 8j: bit 4r + i = fifth bit of element 4j + i
+                        for j in range(8):
+                            nib = (qh >> np.uint32(4 * j)) & np.uint32(15)
+                            if r % 2 == 0:  # rows r, r + 1 share a byte (r ascends: low nibble first)
+                                out[g, q + QH + 8 * j + r // 2] = np.uint8(nib)
+                            else:
+                                out[g, q + QH + 8 * j + r // 2] |= np.uint8(nib << np.uint32(4))
+                    else:
+                        for j in range(4):
+                            lo = (qh >> np.uint32(4 * j)) & np.uint32(15)
+                            hi = (qh >> np.uint32(16 + 4 * j)) & np.uint32(15)
+                            out[g, q + QH + 4 * r + j] = np.uint8(lo | (hi << np.uint32(4)))
                 if Q8:
                     for j in range(8):
                         for k in range(4):
@@ -242,16 +252,15 @@ def _decode16(w, o, QH, QS, Q8, m0f):
     q5 = and64(srl16x2(c1, 4, 4), m0f)
     q6 = and64(srl16x2(c2, 4, 4), m0f)
     q7 = and64(srl16x2(c3, 4, 4), m0f)
-    if QH >= 0:
-        h = load64(w, o + QH)
-        q0 = or_qh_lo_z(q0, h, 0)
-        q1 = or_qh_lo_z(q1, h, 1)
-        q2 = or_qh_lo_z(q2, h, 2)
-        q3 = or_qh_lo_z(q3, h, 3)
-        q4 = or_qh_hi_z(q4, h, 0)
-        q5 = or_qh_hi_z(q5, h, 1)
-        q6 = or_qh_hi_z(q6, h, 2)
-        q7 = or_qh_hi_z(q7, h, 3)
+    if QH >= 0:  # fifth bits: one 64-bit mask per lane (repack's 16-row layout)
+        q0 = or16_mask(q0, w, o + QH)
+        q1 = or16_mask(q1, w, o + QH + 8)
+        q2 = or16_mask(q2, w, o + QH + 16)
+        q3 = or16_mask(q3, w, o + QH + 24)
+        q4 = or16_mask(q4, w, o + QH + 32)
+        q5 = or16_mask(q5, w, o + QH + 40)
+        q6 = or16_mask(q6, w, o + QH + 48)
+        q7 = or16_mask(q7, w, o + QH + 56)
     return (q0, q1, q2, q3, q4, q5, q6, q7)
 
 
@@ -321,16 +330,15 @@ def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
             q5 = and64(srl16x2(c1, 4, 4), m0f)
             q6 = and64(srl16x2(c2, 4, 4), m0f)
             q7 = and64(srl16x2(c3, 4, 4), m0f)
-            if QH >= 0:
-                h = load64(w, o + QH)
-                q0 = or_qh_lo_z(q0, h, 0)
-                q1 = or_qh_lo_z(q1, h, 1)
-                q2 = or_qh_lo_z(q2, h, 2)
-                q3 = or_qh_lo_z(q3, h, 3)
-                q4 = or_qh_hi_z(q4, h, 0)
-                q5 = or_qh_hi_z(q5, h, 1)
-                q6 = or_qh_hi_z(q6, h, 2)
-                q7 = or_qh_hi_z(q7, h, 3)
+            if QH >= 0:  # fifth bits: one 64-bit mask per lane (repack's 16-row layout)
+                q0 = or16_mask(q0, w, o + QH)
+                q1 = or16_mask(q1, w, o + QH + 8)
+                q2 = or16_mask(q2, w, o + QH + 16)
+                q3 = or16_mask(q3, w, o + QH + 24)
+                q4 = or16_mask(q4, w, o + QH + 32)
+                q5 = or16_mask(q5, w, o + QH + 40)
+                q6 = or16_mask(q6, w, o + QH + 48)
+                q7 = or16_mask(q7, w, o + QH + 56)
         Z0 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a]), q0, bcast4z(qa, oa))), Z0)
         Z1 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 1]), q1, bcast4z(qa, oa + 4))), Z1)
         Z2 = ffma_z(d, cvt_f32z(dpbusd_z(_init_z(SUB, asum[t, a + 2]), q2, bcast4z(qa, oa + 8))), Z2)
