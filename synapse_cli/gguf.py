@@ -280,7 +280,10 @@ class GGUFReader:
         start = -(-t.offset // page) * page
         end = (t.offset + t.nbytes) // page * page
         if end > start:
-            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except OSError:
+                pass  # advice only: the pages just stay resident
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors)

@@ -574,3 +574,18 @@ def test_arrays_nested_too_deep():
 
 def test_key_not_utf8():
     raises_at(gguf_bytes([kv(b"\xff\xfe", VT.UINT8, 1)]), HEADER + 8, "key of pair 0", "not valid UTF-8")
+
+
+def test_release_keeps_tensor_views_valid():
+    """GGUFReader.release drops a tensor's resident pages (the loader calls it for repacked weights); the
+    zero-copy view must still read the file's bytes afterwards, and an in-memory reader ignores it."""
+    path = FIXTURES / "tiny" / "models" / "tiny-llama-Q4_K_M.gguf"
+    r = GGUFReader(path)
+    before = {t.name: t.data.copy() for t in r.tensors}
+    for t in r.tensors:
+        r.release(t)
+    for t in r.tensors:
+        assert np.array_equal(t.data, before[t.name]), t.name
+    m = GGUFReader.from_bytes(path.read_bytes())
+    m.release(m.tensors[0])
+    assert np.array_equal(m.tensors[0].data, before[m.tensors[0].name])
