@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +115,7 @@ def test_save_and_load_state_continue_bit_identically():
 
 
 _RSS_PROBE = r"""
+import os
 import sys
 import numpy as np
 from kernels.matmul import Weight
@@ -128,20 +132,16 @@ for line in open("/proc/self/smaps"):
         inside = line.rstrip().endswith(path)
     elif inside and line.startswith("Rss:"):
         rss += int(line.split()[1]) * 1024
-import os
 print(os.path.getsize(path), sum(repacked.values()), len(m.reader.tensors), rss)
 """
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="needs Linux /proc")
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
 def test_repacked_weights_leave_the_mapping():
     """Issue 5's memory target (resident size within file + KV cache + 300 MB): once a weight is copied into
     a kernel layout, its mapped bytes are released, so the copy and the original are not both resident.
     Measured in a fresh process: the file mapping's resident bytes after Model.load stay below the file size
     minus every repacked tensor (plus two pages per tensor for partial pages)."""
-    import subprocess
-    import sys
-
     path = str(FIXTURES / "tiny" / "models" / "tiny-llama-Q4_K_M.gguf")
     r = subprocess.run([sys.executable, "-c", _RSS_PROBE, path], capture_output=True, text=True, timeout=300,
                        cwd=str(Path(__file__).resolve().parent.parent))

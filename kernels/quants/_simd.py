@@ -11,7 +11,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                mul32, splat*, pair16, qh_lo/qh_hi (Q5 bit expansion), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without)
-    float      cvt_f32, fadd, fmul, fsub (lane-wise IEEE float32, never fused), ffma (fused), lanef
+    float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
 equal ggml's; float operations are lane-wise in ggml's order. The x86 instructions need AVX2 (`HAS_AVX2`);
@@ -245,7 +245,6 @@ sub32 = _make_binop(V8I32, "sub")
 mul32 = _make_binop(V8I32, "mul")
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")
-fsub = _make_binop(V8F32, "fsub")
 
 
 @intrinsic
@@ -589,21 +588,6 @@ def srl16x2(typingctx, v, k0, k1):
     return V64I8(v, k0, k1), codegen
 
 
-@intrinsic
-def sll16z(typingctx, v, k):
-    """Left shift of the 16-bit lanes of a 64-byte vector by k."""
-    if v != V64I8 or not isinstance(k, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        w = ir.VectorType(_i16, 32)
-        kk = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), w)
-        return builder.bitcast(builder.shl(builder.bitcast(args[0], w), kk), V64I8.llvm_type())
-
-    return V64I8(v, k), codegen
-
-
 def _make_wide_binop(vt: Vec, op: str):
     @intrinsic
     def binop(typingctx, a, b):
@@ -620,7 +604,6 @@ def _make_wide_binop(vt: Vec, op: str):
 
 
 and64 = _make_wide_binop(V64I8, "and_")
-or64 = _make_wide_binop(V64I8, "or_")
 add32z = _make_wide_binop(V16I32, "add")
 
 
@@ -642,26 +625,6 @@ def zero16x32(typingctx):
         return ir.Constant(V16I32.llvm_type(), None)
 
     return V16I32(), codegen
-
-
-@intrinsic
-def pair16x2(typingctx, a, b, c, d):
-    """<32 x i16> = (a, b) repeated over the low 256 bits, (c, d) over the high 256 bits: per-lane scales for
-    the interleaved 16-weight halves of two 32-weight groups."""
-    if not all(isinstance(x, types.Integer) for x in (a, b, c, d)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        v = [builder.zext(context.cast(builder, x, t, types.int16), _i32) for x, t in zip(args, sig.args)]
-        lo = builder.or_(v[0], builder.shl(v[1], ir.Constant(_i32, 16)))
-        hi = builder.or_(v[2], builder.shl(v[3], ir.Constant(_i32, 16)))
-        w = ir.VectorType(_i32, 16)
-        k = builder.shuffle_vector(_splat(builder, lo, w), _splat(builder, hi, w),
-                                   ir.Constant(ir.VectorType(_i32, 16), [0] * 8 + [16] * 8))
-        return builder.bitcast(k, V32I16.llvm_type())
-
-    return V32I16(a, b, c, d), codegen
 
 
 @intrinsic

@@ -10,8 +10,7 @@ Adding a format = writing one module and listing it in kernels/quants/__init__.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 

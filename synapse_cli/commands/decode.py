@@ -65,9 +65,10 @@ def default_threads() -> int:
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
 @click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
 @click.option("--llama-batch-order", is_flag=True,
-              help="Sum batched attention in llama.cpp's order (tinyBLAS) instead of the batch-invariant single-token "
-                   "order: prompt logits then equal llama.cpp's bit for bit where our kernels follow its order "
-                   "(e.g. SmolLM2), but depend on how the prompt is split into batches, as llama.cpp's do.")
+              help="Compute prompt batches in llama.cpp's batch orders (tinyBLAS attention and F32/F16 products, the "
+                   "repacked Q4_K gemm) instead of the batch-invariant single-token orders: prompt logits then "
+                   "equal llama.cpp's bit for bit where our kernels follow its order (e.g. SmolLM2), but depend "
+                   "on how the prompt is split into batches, as llama.cpp's do.")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
             cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, json_output):
