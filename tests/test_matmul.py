@@ -63,6 +63,20 @@ def test_matches_generic_reference_bitwise(t):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i])
 
 
+@pytest.mark.parametrize("t", [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("K", [544, 96])
+def test_odd_block_count_matches_reference(t, K):
+    """An odd number of 32-weight blocks per row (17, 3) and a partial last group of rows (19 = 16 + 3)."""
+    N, T = 19, 3
+    raw, w = _weight(t, N, K, 300 + int(t) + K)
+    x = _x(T, K, 400 + int(t) + K)
+    ref = R.matmul(t, raw, x, FLAVOUR)
+    gemm = _run(w, x)
+    assert np.array_equal(gemm, ref), f"max diff {np.abs(gemm - ref).max()}"
+    for i in range(T):
+        assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i])
+
+
 @pytest.mark.parametrize("t", list(FIXTURE_FILE), ids=[t.name for t in FIXTURE_FILE])
 def test_fixture_tensor_matches_reference(t):
     path = TINY / FIXTURE_FILE[t]

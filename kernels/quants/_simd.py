@@ -974,6 +974,40 @@ def store16xf32(typingctx, arr, offset, v):
     return types.none(arr, offset, v), codegen
 
 
+def _shuf(builder, a, b, mask):
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, len(mask)), mask))
+
+
+@intrinsic
+def hsum8x2_rows(typingctx, x0, x1, x2, x3, x4, x5, x6, x7):
+    """<16 x float>, lane r = hsum_float_8 of row r: x_p holds rows 2p (lanes 0-7) and 2p+1 (lanes 8-15), 8
+    float lanes each. Per row the adds of ggml's hsum_float_8, same operands in the same order -
+    ((l4 + l0) + (l6 + l2)) + ((l5 + l1) + (l7 + l3)) - done for 16 rows by 7 vector adds and shuffles
+    (a transposition), so a gemm tile writes 16 outputs with one store instead of 16 scalar reductions."""
+    if not all(x == V16F32 for x in (x0, x1, x2, x3, x4, x5, x6, x7)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        lo = [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27]   # lanes 0-3 of each row (4 rows)
+        hi = [i + 4 for i in lo]                                            # lanes 4-7
+        # u = [l4 + l0, l5 + l1, l6 + l2, l7 + l3] per row; U_k rows: (x_2k a, x_2k b, x_2k+1 a, x_2k+1 b)
+        U = [builder.fadd(_shuf(builder, args[2 * k], args[2 * k + 1], hi),
+                          _shuf(builder, args[2 * k], args[2 * k + 1], lo)) for k in range(4)]
+        m0 = [4 * c + j + (16 - 2 if j >= 2 else 0) for c in range(4) for j in range(4)]   # u0, u1 of a, b
+        m2 = [i + 2 for i in m0]                                                            # u2, u3
+        # per 4 lanes [a: u0 + u2, u1 + u3, b: u0 + u2, u1 + u3]
+        V = [builder.fadd(_shuf(builder, U[2 * k], U[2 * k + 1], m0),
+                          _shuf(builder, U[2 * k], U[2 * k + 1], m2)) for k in range(2)]
+        e = [4 * c + (0, 2, 16, 18)[j] for c in range(4) for j in range(4)]               # (u0 + u2) terms
+        o = [i + 1 for i in e]                                                              # (u1 + u3) terms
+        S = builder.fadd(_shuf(builder, V[0], V[1], e), _shuf(builder, V[0], V[1], o))
+        # S lane 4c + i = row c + 4i
+        return _shuf(builder, S, S, [4 * (r % 4) + r // 4 for r in range(16)])
+
+    return V16F32(x0, x1, x2, x3, x4, x5, x6, x7), codegen
+
+
 @intrinsic
 def store8x32(typingctx, arr, offset, v):
     """store 8 int32 at byte offset `offset`."""

@@ -29,6 +29,7 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from ._bits import f16_to_f32, f32_to_bf16, f32_to_f16, nearest_int, bf16_to_f32
+from .base import empty_aligned
 
 QK8 = 32  # block of Q8_0 / Q8_1
 
@@ -239,27 +240,27 @@ def quantize_activations(vec_dot_type: GGMLType, x: np.ndarray, flavour: str = "
     a = Activations(vec_dot_type)
     if vec_dot_type in (GGMLType.Q8_0, GGMLType.Q8_1):
         nb = K // QK8
-        a.qs = np.empty((T, K), np.int8)
-        a.d16 = np.empty((T, nb), np.uint16)
-        a.d = np.empty((T, nb), np.float32)
+        a.qs = empty_aligned((T, K), np.int8)
+        a.d16 = empty_aligned((T, nb), np.uint16)
+        a.d = empty_aligned((T, nb), np.float32)
         if vec_dot_type == GGMLType.Q8_0:
             (quantize_q8_0_x86 if flavour == "x86" else quantize_q8_0_ref)(x, a.qs, a.d16, a.d)
         else:
-            a.s16 = np.empty((T, nb), np.uint16)
-            a.s = np.empty((T, nb), np.float32)
+            a.s16 = empty_aligned((T, nb), np.uint16)
+            a.s = empty_aligned((T, nb), np.float32)
             (quantize_q8_1_x86 if flavour == "x86" else quantize_q8_1_ref)(x, a.qs, a.d16, a.d, a.s16, a.s)
     elif vec_dot_type == GGMLType.Q8_K:
-        a.qs = np.empty((T, K), np.int8)
-        a.d = np.empty((T, K // QK_K), np.float32)
-        a.bsums = np.empty((T, K // 16), np.int16)
+        a.qs = empty_aligned((T, K), np.int8)
+        a.d = empty_aligned((T, K // QK_K), np.float32)
+        a.bsums = empty_aligned((T, K // 16), np.int16)
         quantize_q8_K(x, a.qs, a.d, a.bsums)
     elif vec_dot_type == GGMLType.F16:
-        a.h = np.empty((T, K), np.uint16)
-        a.x = np.empty((T, K), np.float32)
+        a.h = empty_aligned((T, K), np.uint16)
+        a.x = empty_aligned((T, K), np.float32)
         round_to_f16(x, a.h, a.x)
     elif vec_dot_type == GGMLType.BF16:
-        a.h = np.empty((T, K), np.uint16)
-        a.x = np.empty((T, K), np.float32)
+        a.h = empty_aligned((T, K), np.uint16)
+        a.x = empty_aligned((T, K), np.float32)
         round_to_bf16(x, a.h, a.x)
     elif vec_dot_type == GGMLType.F32:
         a.x = x

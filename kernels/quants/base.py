@@ -50,6 +50,24 @@ def register(fmt: BlockFormat) -> BlockFormat:
     return fmt
 
 
+CACHE_LINE = 64
+
+
+def empty_aligned(shape, dtype, zero: bool = False) -> np.ndarray:
+    """np.empty (np.zeros with zero=True) whose data starts on a 64-byte cache line. numpy only aligns to 16
+    bytes: a kernel's 64-byte (zmm) loads from such an array then straddle two cache lines every time, and
+    half of its 32-byte loads do (Q6_K gemm, 1 thread: 140 -> 160 GFLOP/s with aligned activations)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = (np.zeros if zero else np.empty)(n + CACHE_LINE, np.uint8)
+    off = (-raw.ctypes.data) % CACHE_LINE
+    return raw[off:off + n].view(dtype).reshape(shape)
+
+
+def zeros_aligned(shape, dtype) -> np.ndarray:
+    return empty_aligned(shape, dtype, zero=True)
+
+
 def readonly(a: np.ndarray) -> np.ndarray:
     """A read-only view: kernels always see read-only weights, whether they come from an mmap or a test's
     np.array, so numba compiles one specialization per kernel instead of two."""

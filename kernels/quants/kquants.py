@@ -19,6 +19,7 @@ import numpy as np
 from numba import prange
 
 from ..config import pjit
+from .base import empty_aligned
 
 # PERM[p] = natural element (within a 32-group) stored at permuted position p
 PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
@@ -53,9 +54,9 @@ class KActs:
 def prepare(a, mult: int) -> KActs:
     T, K = a.qs.shape
     k = KActs()
-    k.qp = np.empty((T, K), np.int8)
-    k.bs32 = np.empty((T, K // 32), np.int16)
-    k.pcorr = np.empty((T, K // 2 if mult else 1), np.int16)
+    k.qp = empty_aligned((T, K), np.int8)
+    k.bs32 = empty_aligned((T, K // 32), np.int16)
+    k.pcorr = empty_aligned((T, K // 2 if mult else 1), np.int16)
     k.d = a.d
     prep_q8k(a.qs, a.bsums, mult, k.qp, k.bs32, k.pcorr)
     return k

@@ -60,8 +60,9 @@ import numpy as np
 from numba import prange
 
 from ..config import ijit, jit, pjit
+from .base import empty_aligned
 from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
-                    load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, zero16f, zero16x32)
+                    load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32, zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
                     store8xf32, sub32, zero32, zerof)
@@ -382,8 +383,10 @@ def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out):
     go = g * w.shape[1]
     if XG == 16:
         s16 = rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
-        for r in range(16):
-            if 16 * g + r < N:
+        if 16 * g + 16 <= N:  # lane r = row 16g + r: one store
+            store16xf32(out, t * out.strides[0] + 64 * g, s16)
+        else:
+            for r in range(N - 16 * g):
                 out[t, 16 * g + r] = lanef_z(s16, r)
     else:
         s8 = rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, splat8(15))
@@ -444,8 +447,11 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
             if XG == 16 and QH < 0:  # two tokens per pass over the group's weights (Q5: measured no faster)
                 while t + 1 < t1:
                     sa, sb = rows16_x86_z2(w, g * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
-                    for r in range(16):
-                        if 16 * g + r < N:
+                    if 16 * g + 16 <= N:  # lane r = row 16g + r: one store per token
+                        store16xf32(out, t * out.strides[0] + 64 * g, sa)
+                        store16xf32(out, (t + 1) * out.strides[0] + 64 * g, sb)
+                    else:
+                        for r in range(N - 16 * g):
                             out[t, 16 * g + r] = lanef_z(sa, r)
                             out[t + 1, 16 * g + r] = lanef_z(sb, r)
                     t += 2
@@ -521,7 +527,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
 
 def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R=G):
     N, rb = raw.shape
-    out = np.empty(((N + R - 1) // R, rb // BB * GB), np.uint8)
+    out = empty_aligned(((N + R - 1) // R, rb // BB * GB), np.uint8)
     repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out)
     return (out,)
 

@@ -55,7 +55,7 @@ from ._simd import (add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, lo
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
                     store8xf32, zero32)
 from .activations import Activations
-from .base import BlockFormat, register
+from .base import BlockFormat, empty_aligned, register, zeros_aligned
 
 BLOCK_BYTES = 144
 
@@ -647,7 +647,7 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
 
 
 def _pack_fast(raw, K):
-    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
     return (out,)
 
@@ -661,18 +661,18 @@ def _gemm_fast(packed, a, out, sb=False):
     if HAS_VNNI512 and a.qs.shape[0] >= V_MIN_TOKENS:
         T, K = a.qs.shape
         nb, Tp = K // QK_K, (T + 31) // 32 * 32
-        buf = np.empty(K, np.int8)
-        qT = np.zeros((Tp // 16, K // 4, 64), np.int8)
-        ydT = np.zeros((nb, Tp), np.float32)
-        bsP = np.zeros((nb, 4, Tp, 2), np.int16)
+        buf = empty_aligned(K, np.int8)
+        qT = zeros_aligned((Tp // 16, K // 4, 64), np.int8)
+        ydT = zeros_aligned((nb, Tp), np.float32)
+        bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)
         _prep_vnni(a.qs, a.bsums, a.d, buf, buf.view(np.int32), qT.view(np.int32), ydT, bsP)
         _gemm_vnni(packed[0], qT, ydT, bsP, sb, out)
     elif HAS_AVX512:
         T, K = a.qs.shape
         nb, Tp = K // QK_K, (T + 7) // 8 * 8
-        qp = np.empty((T, K), np.int8)
-        ydT = np.zeros((nb, Tp), np.float32)
-        bsP = np.zeros((nb, 4, Tp, 2), np.int16)
+        qp = empty_aligned((T, K), np.int8)
+        ydT = zeros_aligned((nb, Tp), np.float32)
+        bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)
         _prep_z(a.qs, a.bsums, a.d, qp, ydT, bsP)
         _gemm_z(packed[0], qp, ydT, bsP, sb, out)
     else:

@@ -26,8 +26,8 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, load16xf32,
-                    maddubs_z, splat2f, store16xf32, zero16x32)
+from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
+                    hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32, zero16x32)
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, lanef, load16_i8_as_i16, load16x16, load32, load8xf32,
                     maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf, srl16, store8xf32,
                     sub16, zero16, zero32, zerof)
@@ -234,6 +234,7 @@ def _gemm(w, qs, bsums, yd, out):
                     nsc = cat16x2(na, nbb)
                     dxa = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
                     dxb = f16_to_f32(read_u16(w[n1], b * BLOCK_BYTES + 208))
+                    dx2 = splat2f(dxa, dxb)  # d = y.d * x.d per half: one multiply per token (commutes exactly)
                     for t in range(t0, t1):
                         oa = t * K + b * QK_K
                         v = dpwssd_z(zero16x32(), bcast16x16x2(bsums, 2 * (t * (K // 16) + 16 * b)), nsc)
@@ -246,7 +247,7 @@ def _gemm(w, qs, bsums, yd, out):
                         v = dpwssd_z(v, maddubs_z(q6, bcast32x2(qs, oa + 192)), s6)
                         v = dpwssd_z(v, maddubs_z(q7, bcast32x2(qs, oa + 224)), s7)
                         so = 64 * (((n - r0) // 2) * TOK_TILE + t - t0)
-                        d = splat2f(np.float32(yd[t, b] * dxa), np.float32(yd[t, b] * dxb))
+                        d = fmul_z(dx2, splatfz(yd[t, b]))
                         store16xf32(acc, so, ffma_z(d, cvt_f32z(v), load16xf32(acc, so)))
             else:
                 for n in range(r0, r1):
@@ -257,13 +258,23 @@ def _gemm(w, qs, bsums, yd, out):
                         d = np.float32(yd[t, b] * dx)
                         v = cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b))
                         store8xf32(acc, so, ffma(splatf(d), v, load8xf32(acc, so)))
-        for n in range(r0, r1):
+        if HAS_AVX512 and r1 - r0 == 16:  # 16 rows' hsum_float_8 at once, one store per token
+            st = 64 * TOK_TILE  # bytes per row pair
             for t in range(t0, t1):
-                if HAS_AVX512:  # row pair (n - r0) // 2, half n % 2
-                    so = 64 * (((n - r0) // 2) * TOK_TILE + t - t0) + 32 * ((n - r0) % 2)
-                else:
-                    so = 32 * ((n - r0) * TOK_TILE + t - t0)
-                out[t, n] = hsum_float_8(load8xf32(acc, so))
+                so = 64 * (t - t0)
+                s16 = hsum8x2_rows(load16xf32(acc, so), load16xf32(acc, so + st), load16xf32(acc, so + 2 * st),
+                                   load16xf32(acc, so + 3 * st), load16xf32(acc, so + 4 * st),
+                                   load16xf32(acc, so + 5 * st), load16xf32(acc, so + 6 * st),
+                                   load16xf32(acc, so + 7 * st))
+                store16xf32(out, t * out.strides[0] + 4 * r0, s16)
+        else:
+            for n in range(r0, r1):
+                for t in range(t0, t1):
+                    if HAS_AVX512:  # row pair (n - r0) // 2, half n % 2
+                        so = 64 * (((n - r0) // 2) * TOK_TILE + t - t0) + 32 * ((n - r0) % 2)
+                    else:
+                        so = 32 * ((n - r0) * TOK_TILE + t - t0)
+                    out[t, n] = hsum_float_8(load8xf32(acc, so))
 
 
 def _mm_fast(packed, a, out):
