@@ -139,7 +139,7 @@ def _out2(w, x, T, out):
 
 # software-prefetch distances of the gemv loops, bytes ahead of the rows being read (_simd.prefetch_span)
 _PF_K = 4096
-_PF_Q32 = 8192
+_PF_Q32 = 16384  # q32.GEMV_PF
 _F32 = np.dtype(np.float32)
 
 

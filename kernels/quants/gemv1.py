@@ -47,10 +47,10 @@ XS = q32.XS  # x86-order formats: layout constants of 8-row groups times XS (see
 
 @jit
 def _q32_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf):
-    """Groups [g0, g1): q32.gemv_group, which prefetches the next group itself (pf unused here: two groups
-    per iteration with shared activation loads measured no faster)."""
+    """Groups [g0, g1): q32.gemv_group, prefetching pf bytes ahead (two groups per iteration with shared
+    activation loads measured no faster)."""
     for g in range(g0, g1):
-        q32.gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf)
 
 
 @jit

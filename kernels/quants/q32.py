@@ -287,10 +287,10 @@ def _hsum16(Z, summs, HAS_M):
 
 
 @jit
-def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
+def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, PF):
     """rows8_x86 for the 16 rows of the group at byte go (layout constants x2), one zmm per AVX lane
     (AVX512-VNNI): <16 x float>, lane r = row r. Written out lane by lane (through the tuple helpers the
-    Q5 formats compiled ~1.5x slower)."""
+    Q5 formats compiled ~1.5x slower). PF > 0 (gemv): each block prefetches the bytes PF ahead of it."""
     K = qa.shape[1]
     m0f = splat8z(15)
     Z0 = zero16f()
@@ -304,6 +304,8 @@ def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
     summs = zero16f()
     for b in range(K // QK):
         o = go + b * GB
+        if PF > 0:
+            prefetch_span(w, o + PF, GB)
         oa = t * K + QK * b
         a = 8 * b
         d = fmul_z(load16_f16(w, o), splatfz(yd[t, b]))
@@ -377,12 +379,13 @@ def rows16_x86_z2(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
 
 
 @jit
-def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out):
-    """x86 modes: out[t, rows of group g] for the XG rows of group g (w repacked with R = XG)."""
+def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, PF):
+    """x86 modes: out[t, rows of group g] for the XG rows of group g (w repacked with R = XG); PF: as
+    rows16_x86_z (0 in the gemm, whose weights are in cache)."""
     N = out.shape[1]
     go = g * w.shape[1]
     if XG == 16:
-        s16 = rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
+        s16 = rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, PF)
         if 16 * g + 16 <= N:  # lane r = row 16g + r: one store
             store16xf32(out, t * out.strides[0] + 64 * g, s16)
         else:
@@ -396,16 +399,22 @@ def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out):
 
 
 @jit
-def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
+def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF):
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
-    int32 (K/4 in the x86 modes) -> out (1, N)."""
+    int32 (K/4 in the x86 modes) -> out (1, N). Software prefetch (see _simd.prefetch_span): 16-row groups
+    prefetch PF bytes ahead block by block; 8-row groups the whole next group at once. Spread out, the
+    prefetches keep more lines in flight: Q5_0 1536x151936 gemv, 2 threads, 17-20 -> 35 GB/s; Q8_0 18-24 ->
+    21-28, Q4_1 28-31 -> 46-49 (benchmarks/kernels.py shapes, PF = 16 KB; 8 KB and 32 KB measured too)."""
     N = out.shape[1]
     gb = w.shape[1]
     nb = qa.shape[1] // QK
     m0f = splat8(15)
-    prefetch_span(w, (g + 1) * gb, gb)  # next group (see _simd.prefetch_span)
-    if MODE == 4 or MODE == 5:  # x86 lane modes: groups of XG rows
-        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out)
+    if (MODE == 4 or MODE == 5) and XG == 16:  # x86 lane modes, one zmm per lane
+        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
+        return
+    prefetch_span(w, (g + 1) * gb, gb)  # next group
+    if MODE == 4 or MODE == 5:  # x86 lane modes, 8-row groups
+        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, 0)
         return
     sumf = zerof()
     for b in range(nb):
@@ -416,6 +425,8 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
         if G * g + r < N:
             out[0, G * g + r] = lanef(sumf, r)
 
+
+GEMV_PF = 16384  # gemv_group's prefetch distance in bytes (the format modules' own gemv kernels)
 
 ROW_TILE = 32  # rows (multiple of 8)
 TOK_TILE = 32
@@ -456,7 +467,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                             out[t + 1, 16 * g + r] = lanef_z(sb, r)
                     t += 2
             while t < t1:
-                x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out)
+                x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, 0)
                 t += 1
         return
     sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)

@@ -85,7 +85,7 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit

@@ -87,7 +87,7 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 160 * XS, -1, 32 * XS, True, 0, 5, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 160 * XS, -1, 32 * XS, True, 0, 5, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit

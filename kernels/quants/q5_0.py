@@ -91,7 +91,7 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit

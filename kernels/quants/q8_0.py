@@ -80,7 +80,7 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 272 * XS, -1, 16 * XS, False, 128, 4, True, qa, yd, ys, asum, out)
+        q32.gemv_group(w, g, 272 * XS, -1, 16 * XS, False, 128, 4, True, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit
