@@ -138,7 +138,7 @@ def _out2(w, x, T, out):
 
 
 # software-prefetch distances of the gemv loops, bytes ahead of the rows being read (_simd.prefetch_span)
-_PF_K = 4096
+_PF_K = 8192  # q4_k.GEMV_PF, q6_k.GEMV_PF
 _PF_Q32 = 16384  # q32.GEMV_PF
 _F32 = np.dtype(np.float32)
 

@@ -35,7 +35,6 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K
 from . import q32, q4_k, q6_k
-from ._simd import prefetch_span
 from .activations import q8_0_x86_row, q8_1_x86_row, q8_K_row
 from .kquants import PERM
 
@@ -145,16 +144,13 @@ def _prep_q8K_row(x, qs, d, bsums, qp, bs32):
 
 @jit
 def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
-    """Rows [n0, n1) of a K-quant weight; prefetch pf bytes ahead (see _simd.prefetch_span)."""
-    rb = w.shape[1]
+    """Rows [n0, n1) of a K-quant weight; each block prefetches the bytes pf ahead (see _simd.prefetch_span)."""
     if F == 0:
         for n in range(n0, n1):
-            prefetch_span(w, n * rb + pf, rb)
-            out[0, n] = q4_k.row_dot_x86(w, n, qp, 0, yd, bs32, False)
+            out[0, n] = q4_k.row_dot_x86(w, n, qp, 0, yd, bs32, False, pf)
     else:
         for n in range(n0, n1):
-            prefetch_span(w, n * rb + pf, rb)
-            out[0, n] = q6_k.row_dot_x86(w, n, qs, bsums, yd, 0)
+            out[0, n] = q6_k.row_dot_x86(w, n, qs, bsums, yd, 0, pf)
 
 
 @pjit

@@ -403,8 +403,9 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
     int32 (K/4 in the x86 modes) -> out (1, N). Software prefetch (see _simd.prefetch_span): 16-row groups
     prefetch PF bytes ahead block by block; 8-row groups the whole next group at once. Spread out, the
-    prefetches keep more lines in flight: Q5_0 1536x151936 gemv, 2 threads, 17-20 -> 35 GB/s; Q8_0 18-24 ->
-    21-28, Q4_1 28-31 -> 46-49 (benchmarks/kernels.py shapes, PF = 16 KB; 8 KB and 32 KB measured too)."""
+    prefetches keep more lines in flight (benchmarks/kernels.py --no-gemm, 2 threads, 1536x151936, two runs
+    against the whole-group prefetch: Q5_0 14.4/16.8 -> 18.1/23.7 GB/s, Q4_1 15.0/22.7 -> 27.4/29.8, Q5_1
+    15.2/17.0 -> 19.7/22.5, Q8_0 19.2/21.5 -> 22.9/22.0; PF of 8, 16 and 32 KB tried, 16 KB kept)."""
     N = out.shape[1]
     gb = w.shape[1]
     nb = qa.shape[1] // QK
