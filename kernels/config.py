@@ -11,7 +11,18 @@ import os
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("NUMBA_CACHE_DIR", str(PROJECT_ROOT / ".cache" / "numba"))
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+NO_SIMD = _flag("SYNAPSE_NO_SIMD")  # kernels/quants/_simd.py: the portable scalar kernels only
+NO_AVX512 = _flag("SYNAPSE_NO_AVX512")  # the 256-bit (AVX2) kernels only
+# Both change module constants that compiled kernels freeze (which kernel runs, the q32 row-group size): a
+# build made under one gets its own cache folder, or a later run in another mode would load its machine code.
+_CACHE = "numba-nosimd" if NO_SIMD else "numba-noavx512" if NO_AVX512 else "numba"
+os.environ.setdefault("NUMBA_CACHE_DIR", str(PROJECT_ROOT / ".cache" / _CACHE))
 
 import numba  # noqa: E402
 

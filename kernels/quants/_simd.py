@@ -30,7 +30,7 @@ import os
 
 from llvmlite import ir
 
-from .. import config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
+from .. import config  # (first: NUMBA_CACHE_DIR before numba)
 import llvmlite.binding as llvm  # noqa: E402
 from numba import types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
@@ -47,7 +47,7 @@ def _host_features() -> set[str]:
 
 
 _FEATURES = _host_features()
-HAS_AVX2 = "avx2" in _FEATURES and os.environ.get("SYNAPSE_NO_SIMD", "") in ("", "0")
+HAS_AVX2 = "avx2" in _FEATURES and not config.NO_SIMD
 # AVX-VNNI or AVX512-VNNI(+VL): vpdpwssd / vpdpbusd on ymm registers
 HAS_VNNI = HAS_AVX2 and ("avxvnni" in _FEATURES or {"avx512vnni", "avx512vl"} <= _FEATURES)
 
@@ -522,9 +522,9 @@ def prefetch_span(typingctx, arr, start, nbytes):
 # unless the function says otherwise, so every intrinsic below marks its caller "min-legal-vector-width"="512"
 # (merged into callers on inlining, as clang does for its 512-bit intrinsics).
 
-# SYNAPSE_NO_AVX512=1 keeps the 256-bit gemm kernels (A/B measurements)
-HAS_AVX512 = (HAS_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
-              and os.environ.get("SYNAPSE_NO_AVX512", "") in ("", "0"))
+# SYNAPSE_NO_AVX512=1 keeps the 256-bit kernels (A/B measurements; tests of the AVX2 paths), compiled into
+# their own numba cache (kernels/config.py)
+HAS_AVX512 = HAS_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES and not config.NO_AVX512
 HAS_VNNI512 = HAS_AVX512 and "avx512vnni" in _FEATURES
 if HAS_VNNI512:
     llvm.initialize_native_asmparser()  # dpwssd_z's inline asm (numba only sets up the asm printer)
