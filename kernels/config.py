@@ -21,15 +21,18 @@ NO_SIMD = _flag("SYNAPSE_NO_SIMD")  # kernels/quants/_simd.py: the portable scal
 NO_AVX512 = _flag("SYNAPSE_NO_AVX512")  # the 256-bit (AVX2) kernels only
 # Both change module constants that compiled kernels freeze (which kernel runs, the q32 row-group size): a
 # build made under one gets its own cache folder, or a later run in another mode would load its machine code.
-_CACHE = "numba-nosimd" if NO_SIMD else "numba-noavx512" if NO_AVX512 else "numba"
-os.environ.setdefault("NUMBA_CACHE_DIR", str(PROJECT_ROOT / ".cache" / _CACHE))
+# The Makefile exports the default folder; a folder the user chose is left alone.
+_DEFAULT_CACHE = str(PROJECT_ROOT / ".cache" / "numba")
+_CACHE = str(PROJECT_ROOT / ".cache" / ("numba-nosimd" if NO_SIMD else "numba-noavx512" if NO_AVX512 else "numba"))
+if os.environ.get("NUMBA_CACHE_DIR", _DEFAULT_CACHE) == _DEFAULT_CACHE:
+    os.environ["NUMBA_CACHE_DIR"] = _CACHE
 
 import numba  # noqa: E402
 
 # numba reads NUMBA_CACHE_DIR when it is first imported: if something imported it before this module (a
 # script importing numba first), its cache would land in __pycache__ beside the sources, where a stale entry
 # outlives `rm -rf .cache/numba`. Its cache locator reads config.CACHE_DIR per function, so set it here too.
-if not numba.config.CACHE_DIR:
+if numba.config.CACHE_DIR in ("", _DEFAULT_CACHE):
     numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
 # serial kernels (called from inside parallel ones, or small)
