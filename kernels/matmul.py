@@ -26,7 +26,7 @@ from synapse_cli.errors import ModelError
 from .ggml_type import type_name
 from .quants import get_format, readonly
 from .config import work_chunks as _num_threads
-from .quants import gemv1
+from .quants import gemv1, kquants, q32
 from .quants._simd import HAS_AVX2
 from .quants.activations import quantize_activations
 
@@ -93,6 +93,11 @@ class Weight:
         """numpy-style (N, K)."""
         return self.ne1, self.ne0
 
+    @property
+    def repacked(self) -> bool:
+        """The kernels read a copy in their own layout, not the raw bytes (which only get_rows reads)."""
+        return not any(np.may_share_memory(a, self.raw) for a in self.packed)
+
     def __repr__(self) -> str:
         return f"Weight({self.name!r}, {self.fmt.name}, ne=[{self.ne0}, {self.ne1}])"
 
@@ -138,8 +143,8 @@ def _out2(w, x, T, out):
 
 
 # software-prefetch distances of the gemv loops, bytes ahead of the rows being read (_simd.prefetch_span)
-_PF_K = 8192  # q4_k.GEMV_PF, q6_k.GEMV_PF
-_PF_Q32 = 16384  # q32.GEMV_PF
+_PF_K = kquants.GEMV_PF
+_PF_Q32 = q32.GEMV_PF
 _F32 = np.dtype(np.float32)
 
 

@@ -110,7 +110,7 @@ class Model:
             if t is None:
                 return None
             w = Weight(t.ggml_type, t.data, n_in, n_out, name=name)
-            if not any(np.may_share_memory(a, t.data) for a in w.packed):
+            if w.repacked:
                 reader.release(t)  # repacked: the kernels never read the mapped bytes (get_rows re-faults them)
             return w
 
@@ -286,7 +286,7 @@ class Context:
         from kernels.attention import attention, kv_store
         from kernels.matmul import matmul, matmul_many
         from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
-        from kernels.rope import rope, rope_qk, rope_yarn_corr_dims
+        from kernels.rope import rope_qk, rope_yarn_corr_dims
 
         m, hp = self.model, self.hp
         T = len(tokens)

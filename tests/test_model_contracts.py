@@ -117,14 +117,13 @@ def test_save_and_load_state_continue_bit_identically():
 _RSS_PROBE = r"""
 import os
 import sys
-import numpy as np
 from kernels.matmul import Weight
 from synapse_cli.model import Model
 
 path = sys.argv[1]
 m = Model.load(path)
 weights = [m.tok_embd, m.output] + [w for L in m.layers for w in vars(L).values() if isinstance(w, Weight)]
-repacked = {id(w.raw): w.raw.nbytes for w in weights if not any(np.may_share_memory(a, w.raw) for a in w.packed)}
+repacked = {id(w.raw): w.raw.nbytes for w in weights if w.repacked}
 rss = 0
 inside = False
 for line in open("/proc/self/smaps"):

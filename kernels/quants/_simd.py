@@ -111,6 +111,8 @@ def _make_load(vt: Vec):
             return None
 
         def codegen(context, builder, sig, args):
+            if vt.bits * vt.n == 512:
+                _wide(builder)  # (defined with the 512-bit section below)
             p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             return builder.load(builder.bitcast(p, vt.llvm_type().as_pointer()), align=1)
 
@@ -540,18 +542,7 @@ def _wide(builder):
     set.add(builder.function.attributes, '"min-legal-vector-width"="512"')
 
 
-@intrinsic
-def load64(typingctx, arr, offset):
-    """64 bytes at byte offset `offset` (unaligned)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        return builder.load(builder.bitcast(p, V64I8.llvm_type().as_pointer()), align=1)
-
-    return V64I8(arr, offset), codegen
+load64 = _make_load(V64I8)  # 64 bytes
 
 
 @intrinsic
@@ -945,18 +936,7 @@ def splat2f(typingctx, a, b):
     return V16F32(a, b), codegen
 
 
-@intrinsic
-def load16xf32(typingctx, arr, offset):
-    """16 float32 at byte offset (unaligned)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        return builder.load(builder.bitcast(p, V16F32.llvm_type().as_pointer()), align=1)
-
-    return V16F32(arr, offset), codegen
+load16xf32 = _make_load(V16F32)  # 16 float32 (64 bytes)
 
 
 @intrinsic
@@ -1061,18 +1041,7 @@ def as16z(typingctx, v):
     return V32I16(v), codegen
 
 
-@intrinsic
-def load32x16z(typingctx, arr, offset):
-    """32 int16 at byte offset `offset` (unaligned)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        return builder.load(builder.bitcast(p, V32I16.llvm_type().as_pointer()), align=1)
-
-    return V32I16(arr, offset), codegen
+load32x16z = _make_load(V32I16)  # 32 int16 (64 bytes)
 
 
 @intrinsic

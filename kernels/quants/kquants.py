@@ -21,6 +21,13 @@ from numba import prange
 from ..config import pjit
 from .base import empty_aligned
 
+# Q4_K / Q6_K gemv prefetch (row_dot_x86's PF): every block prefetches (into L2) the bytes GEMV_PF ahead of it.
+# Spread over the blocks the prefetches keep more lines in flight than one burst per row 4 KB ahead did (2
+# threads, GB/s, two runs each, a /tmp script timing matmul as benchmarks/kernels.py --types Q4_K,Q6_K
+# --no-gemm does): Q4_K 1536x151936 24.8/29.5 -> 34.4/35.2, 8960x1536 24.4/23.9 -> 30.4/37.4; Q6_K 1536x151936
+# 20.8/20.7 -> 22.6/23.2, 8960x1536 27.3/27.4 -> 42.8/39.0 (4, 8 and 16 KB tried; 8 KB best for both).
+GEMV_PF = 8192
+
 # PERM[p] = natural element (within a 32-group) stored at permuted position p
 PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
 

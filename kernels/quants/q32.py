@@ -289,8 +289,10 @@ def _hsum16(Z, summs, HAS_M):
 @jit
 def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, PF):
     """rows8_x86 for the 16 rows of the group at byte go (layout constants x2), one zmm per AVX lane
-    (AVX512-VNNI): <16 x float>, lane r = row r. Written out lane by lane (through the tuple helpers the
-    Q5 formats compiled ~1.5x slower). PF > 0 (gemv): each block prefetches the bytes PF ahead of it."""
+    (AVX512-VNNI): <16 x float>, lane r = row r. Written out lane by lane: through the tuple helpers
+    _decode16 / _acc16 (as rows16_x86_z2) the Q5 formats run 1.7-1.8x slower (re-measured 2026-11-29, 2
+    threads: Q5_0 gemm 1536x8960 T=512 172-175 -> 94-97 GFLOP/s, gemv 1536x8960 50-52 -> 29 GB/s; Q8_0 and
+    Q4_1 unchanged). PF > 0 (gemv): each block prefetches the bytes PF ahead of it."""
     K = qa.shape[1]
     m0f = splat8z(15)
     Z0 = zero16f()
@@ -427,7 +429,7 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF
             out[0, G * g + r] = lanef(sumf, r)
 
 
-GEMV_PF = 16384  # gemv_group's prefetch distance in bytes (the format modules' own gemv kernels)
+GEMV_PF = 16384  # gemv_group's prefetch distance in bytes (all single-token calls; figures in its docstring)
 
 ROW_TILE = 32  # rows (multiple of 8)
 TOK_TILE = 32

@@ -164,7 +164,7 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
     """One repacked row . one permuted activation row in ggml's x86 order (module docstring): per super-block
     (SB False: ggml_gemv_q4_K_8x8_q8_K) or per 64-weight half-pair sb (SB True: ggml_gemm_q4_K_8x8_q8_K)
     acc = fma(I, dx*dy, acc) and accm = fma(M, dminx*dy, accm) with the exact integer sums I, M; acc - accm.
-    PF > 0: every block prefetches the bytes PF ahead of it (gemv, see GEMV_PF)."""
+    PF > 0: every block prefetches the bytes PF ahead of it (gemv, see kquants.GEMV_PF)."""
     nb = yd.shape[1]
     K = nb * QK_K
     rb = w.shape[1]
@@ -200,17 +200,10 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
     return np.float32(acc - accm)
 
 
-# gemv prefetch: every block prefetches (into L2) the bytes GEMV_PF ahead of it. Spread over the blocks the
-# prefetches keep more lines in flight than one burst per row 4 KB ahead did (2 threads, GB/s, two runs each):
-# Q4_K 1536x151936 24.8/29.5 -> 34.4/35.2, 8960x1536 24.4/23.9 -> 30.4/37.4; Q6_K 1536x151936 20.8/20.7 ->
-# 22.6/23.2, 8960x1536 27.3/27.4 -> 42.8/39.0 (4, 8 and 16 KB tried; 8 KB best for both).
-GEMV_PF = 8192
-
-
 @pjit
 def _gemv(w, qp, yd, bs32, out):
     for n in prange(w.shape[0]):
-        out[0, n] = row_dot_x86(w, n, qp, 0, yd, bs32, False, GEMV_PF)
+        out[0, n] = row_dot_x86(w, n, qp, 0, yd, bs32, False, kquants.GEMV_PF)
 
 
 ROW_TILE = 16

@@ -25,6 +25,7 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
+from . import kquants
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
                     hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32, zero16x32)
@@ -169,7 +170,7 @@ def hsum_float_8(v):
 @jit
 def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
     """Row n of w (N, nb*210) . token t: ggml_vec_dot_q6_K_q8_K (x86 AVX2 order); PF > 0: every block
-    prefetches the bytes PF ahead of it (gemv, see GEMV_PF)."""
+    prefetches the bytes PF ahead of it (gemv, see kquants.GEMV_PF)."""
     m0f = splat8(15)
     m03 = splat8(3)
     acc = zerof()
@@ -182,17 +183,10 @@ def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
     return hsum_float_8(acc)
 
 
-# gemv prefetch: every block prefetches (into L2) the bytes GEMV_PF ahead of it. Spread over the blocks the
-# prefetches keep more lines in flight than one burst per row 4 KB ahead did (2 threads, GB/s, two runs each):
-# Q4_K 1536x151936 24.8/29.5 -> 34.4/35.2, 8960x1536 24.4/23.9 -> 30.4/37.4; Q6_K 1536x151936 20.8/20.7 ->
-# 22.6/23.2, 8960x1536 27.3/27.4 -> 42.8/39.0 (4, 8 and 16 KB tried; 8 KB best for both).
-GEMV_PF = 8192
-
-
 @pjit
 def _gemv(w, qs, bsums, yd, out):
     for n in prange(w.shape[0]):
-        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, GEMV_PF)
+        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
 
 
 ROW_TILE = 16
