@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..config import pjit
+from ..config import jit, pjit
+from ._simd import lanef
 from .base import empty_aligned
 
 # Q4_K / Q6_K gemv prefetch (row_dot_x86's PF): every block prefetches (into L2) the bytes GEMV_PF ahead of it.
@@ -67,3 +68,25 @@ def prepare(a, mult: int) -> KActs:
     k.d = a.d
     prep_q8k(a.qs, a.bsums, mult, k.qp, k.bs32, k.pcorr)
     return k
+
+
+@jit
+def hsum_float_8(v):
+    """ggml's hsum_float_8 of a <8 x float>: (v4 + v0) + (v6 + v2), (v5 + v1) + (v7 + v3), then their sum."""
+    a = np.float32(np.float32(lanef(v, 4) + lanef(v, 0)) + np.float32(lanef(v, 6) + lanef(v, 2)))
+    c = np.float32(np.float32(lanef(v, 5) + lanef(v, 1)) + np.float32(lanef(v, 7) + lanef(v, 3)))
+    return np.float32(a + c)
+
+
+@pjit
+def _group_sums32(bsums, out):
+    for t in prange(bsums.shape[0]):
+        for g in range(out.shape[1]):
+            out[t, g] = np.int16(np.int32(bsums[t, 2 * g]) + np.int32(bsums[t, 2 * g + 1]))
+
+
+def group_sums32(bsums):
+    """bs32 (T, K/32) int16: the sums of the activations' 32-element groups (pairs of Q8_K's bsums)."""
+    out = empty_aligned((bsums.shape[0], bsums.shape[1] // 2), np.int16)
+    _group_sums32(bsums, out)
+    return out

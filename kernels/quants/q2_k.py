@@ -10,8 +10,11 @@ Super-block (84 bytes):
 Dequantizer: dequantize_row_q2_K. Dot: ggml_vec_dot_q2_K_q8_K_generic (one integer sum per super-block):
     sumf += (dy*dx) * isum - (dy*dminx) * summs,  summs = sum_j bsums[j] * M_j.
 
-Fast path (AVX2), rows repacked (84 bytes): [0:64) the 2-bit quants in kquants.PERM order, packed as Q3_K's
-low2 planes, [64:80) scales, [80:82) d, [82:84) dmin. isum = lanes of vpmaddwd(vpmaddubsw(q, a), scales).
+Fast path (AVX2): ggml's x86 order, ggml_vec_dot_q2_K_q8_K's AVX2 version (see the fast path section): what
+x86 llama.cpp runs for Q2_K rows when it does not repack them (builds without AVX-512, or ne1 % 8 != 0); an
+AVX-512 build repacks Q2_K to q2_K_8x8 (ggml_gemv/gemm_q2_K_8x8_q8_K), whose order is not ported. Rows repacked
+to 100-byte blocks: [0:64) qs as stored, [64:80) the 16 scales, [80:96) the 16 mins (int8), [96:98) d,
+[98:100) dmin.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
+from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, dpwssd, hsum32, load32, maddubs, pair16, prefetch_span, splat8, srl16,
-                    zero32)
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load16x16, load32, maddubs,
+                    prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, register
 
 BLOCK_BYTES = 84
@@ -96,54 +100,64 @@ def _mm_scalar(packed, a, out):
 
 
 # ----------------------------------------------------------------------------------------- fast path
+# ggml_vec_dot_q2_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c). Per super-block:
+#   acc[l] = fma(-y.d * x.dmin, (float)(min[2l] * bsums[2l] + min[2l+1] * bsums[2l+1]), acc[l])
+#   lane l (0..7) = sum over the 8 chunks of 32 weights of scale * sum of q*y over the chunk's bytes 4l..4l+3
+#   acc[l] = fma(y.d * x.d, (float)lane_l, acc[l])
+# s = hsum_float_8(acc).
 
-_PERM = kquants.PERM
+PACKED_BYTES = 100
 
 
 @pjit
 def _repack(raw, out):
-    N, rb = raw.shape
-    nb = rb // BLOCK_BYTES
+    N = raw.shape[0]
+    nb = out.shape[1] // PACKED_BYTES
     for n in prange(N):
         row = raw[n]
         for b in range(nb):
             o = b * BLOCK_BYTES
-            for p in range(32):
-                for u in range(2):
-                    lo = 0
-                    for j in range(4):
-                        lo |= _q2(row, o, 32 * (4 * u + j) + _PERM[p]) << (2 * j)
-                    out[n, o + 32 * u + p] = np.uint8(lo)
+            q = b * PACKED_BYTES
+            for p in range(64):
+                out[n, q + p] = row[o + 16 + p]
             for i in range(16):
-                out[n, o + 64 + i] = row[o + i]
+                out[n, q + 64 + i] = row[o + i] & 15
+                out[n, q + 80 + i] = row[o + i] >> 4
             for i in range(4):
-                out[n, o + 80 + i] = row[o + 80 + i]
+                out[n, q + 96 + i] = row[o + 80 + i]
 
 
 @jit
-def _row_dot(w, n, qp, yd, bsums, t):
+def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
+    """Row n of w (N, nb*100) . token t (qs (T, K) int8, bsums (T, K/16) int16): ggml's AVX2 order."""
     nb = yd.shape[1]
     K = nb * QK_K
     rb = w.shape[1]
     m03 = splat8(3)
-    sumf = np.float32(0.0)
+    acc = zerof()
     for b in range(nb):
-        o = n * rb + b * BLOCK_BYTES
-        ob = b * BLOCK_BYTES
+        o = n * rb + b * PACKED_BYTES
+        if PF > 0:
+            prefetch_span(w, o + PF, PACKED_BYTES)
         oa = t * K + b * QK_K
-        acc = zero32()
-        for G in range(8):
-            q = and8(srl16(load32(w, o + 32 * (G // 4)), 2 * (G % 4)), m03)
-            acc = dpwssd(acc, maddubs(q, load32(qp, oa + 32 * G)),
-                         pair16(w[n, ob + 64 + 2 * G] & 15, w[n, ob + 65 + 2 * G] & 15))
-        isum = hsum32(acc)
-        summs = np.int32(0)
-        for j in range(16):
-            summs += np.int32(bsums[t, 16 * b + j]) * np.int32(w[n, ob + 64 + j] >> 4)
-        dall = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], ob + 80)))
-        dmin = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], ob + 82)))
-        sumf = sumf + (np.float32(dall * np.float32(isum)) - np.float32(dmin * np.float32(summs)))
-    return sumf
+        dy = yd[t, b]
+        dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)))
+        mins = dpwssd(zero32(), load16_i8_as_i16(w, o + 80), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
+        acc = ffma(splatf(dmin), cvt_f32(mins), acc)
+        sc = load16_i8_as_i16(w, o + 64)
+        q0 = load32(w, o)
+        q1 = load32(w, o + 32)
+        v = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
+        v = dpwssd(v, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
+        v = dpwssd(v, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
+        v = dpwssd(v, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
+        v = dpwssd(v, maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
+        v = dpwssd(v, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
+        v = dpwssd(v, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
+        v = dpwssd(v, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
+        d = np.float32(dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
+        acc = ffma(splatf(d), cvt_f32(v), acc)
+    return hsum_float_8(acc)
 
 
 ROW_TILE = 8
@@ -151,10 +165,10 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qp, yd, bsums, out):
-    """Tiles of rows x tokens, each output one _row_dot (the gemv's code, so rows are bit-identical)."""
+def _gemm(w, qs, bsums, yd, out):
+    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
     N = w.shape[0]
-    T = qp.shape[0]
+    T = qs.shape[0]
     n_rt = (N + ROW_TILE - 1) // ROW_TILE
     n_tt = (T + TOK_TILE - 1) // TOK_TILE
     for tile in prange(n_rt * n_tt):
@@ -162,26 +176,23 @@ def _gemm(w, qp, yd, bsums, out):
         t0 = (tile % n_tt) * TOK_TILE
         for n in range(r0, min(N, r0 + ROW_TILE)):
             for t in range(t0, min(T, t0 + TOK_TILE)):
-                out[t, n] = _row_dot(w, n, qp, yd, bsums, t)
+                out[t, n] = row_dot_x86(w, n, qs, bsums, yd, t)
 
 
 @pjit
-def _gemv(w, qp, yd, bsums, out):
-    rb = w.shape[1]
+def _gemv(w, qs, bsums, yd, out):
     for n in prange(w.shape[0]):
-        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
-        out[0, n] = _row_dot(w, n, qp, yd, bsums, 0)
+        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
 
 
 def _pack_fast(raw, K):
-    out = np.empty_like(raw)
+    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
     return (out,)
 
 
 def _mm_fast(packed, a, out):
-    k = kquants.prepare(a, 0)
-    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], k.qp, k.d, a.bsums, out)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
 
 
 if HAS_AVX2:

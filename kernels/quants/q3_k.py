@@ -11,12 +11,10 @@ Super-block (110 bytes):
 
 Dequantizer: dequantize_row_q3_K. Dot: ggml_vec_dot_q3_K_q8_K_generic (lanes as Q6_K, sumf = sum of sums).
 
-Fast path (AVX2), rows repacked to 114-byte blocks, element groups G = 0..7 of 32 in kquants.PERM order,
-quants stored unsigned (q+4 = low2 | hbit << 2):
-    [0:64)    2 x 32 bytes: byte p of vector u = low2(4u+3,p) 66 | low2(4u+2,p) 44 | low2(4u+1,p) 22 | low2(4u,p) 00
-    [64:96)   bit G of byte p = hbit(G, p)
-    [96:112)  the 16 scales minus 32, int8;  [112:114) d
-vpmaddubsw(q+4, a) - 4*(a+a') gives the signed pair sums (|.| <= 2*7*127).
+Fast path (AVX2): ggml's x86 order, ggml_vec_dot_q3_K_q8_K's AVX2 version (see the fast path section), which
+x86 llama.cpp runs for Q3_K at every batch size (neither repacked nor in tinyBLAS on x86). Rows repacked to
+114-byte blocks: [0:64) qs as stored, [64:96) hmask inverted (bit set = subtract 4), [96:112) the 16 scales
+minus 32 as int8, [112:114) d.
 """
 
 from __future__ import annotations
@@ -27,10 +25,10 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
+from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, fadd, fmul, lanef, load16x16, load32, maddubs, or8,
-                    pair16, prefetch_span, sll16, splat8, splatf, srl16, sub16, zero32,
-                    zerof)
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load32, maddubs, prefetch_span,
+                    scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
 from .base import BlockFormat, register
 
 BLOCK_BYTES = 110
@@ -115,9 +113,14 @@ def _mm_scalar(packed, a, out):
 
 
 # ----------------------------------------------------------------------------------------- fast path
+# ggml_vec_dot_q3_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c; AVX-512 builds compile the same code). Per super-block,
+# chunk c = 4h + j (weights 128h + 32j .. +31, quants low2 - 4 * (high bit clear)):
+#   lane l (0..7) += scale * sum of q*y over the chunk's bytes 4l..4l+3 (vpmaddubsw of the low bits minus
+#                    vpmaddubsw of the 4s, then vpmaddwd with the chunk's two sub-block scales)
+#   acc[l] = fma(y.d * x.d, (float)lane_l, acc[l])
+# s = hsum_float_8(acc).
 
 PACKED_BYTES = 114
-_PERM = kquants.PERM
 
 
 @pjit
@@ -129,17 +132,10 @@ def _repack(raw, out):
         for b in range(nb):
             o = b * BLOCK_BYTES
             q = b * PACKED_BYTES
+            for p in range(64):
+                out[n, q + p] = row[o + 32 + p]
             for p in range(32):
-                hb = 0
-                for u in range(2):
-                    lo = 0
-                    for j in range(4):
-                        G = 4 * u + j
-                        v = _q3(row, o, 32 * G + _PERM[p]) + 4
-                        lo |= (v & 3) << (2 * j)
-                        hb |= (v >> 2) << G
-                    out[n, q + 32 * u + p] = np.uint8(lo)
-                out[n, q + 64 + p] = np.uint8(hb)
+                out[n, q + 64 + p] = ~row[o + p]
             for i in range(16):
                 out[n, q + 96 + i] = np.uint8(np.int8(_scale(row, o + 96, i)))
             out[n, q + 112] = row[o + 108]
@@ -147,31 +143,42 @@ def _repack(raw, out):
 
 
 @jit
-def _row_dot(w, n, qp, pc, yd, t):
+def _chunk(sumi, q3bits, hbn, shift, bit, y, sc, m03, m01):
+    """sumi + vpmaddwd(scales, vpmaddubsw(low2, y) - vpmaddubsw(4 * (high bit clear), y)) for one chunk."""
+    ql = and8(srl16(q3bits, shift), m03)
+    qh = sll16(and8(srl16(hbn, bit), m01), 2)
+    return dpwssd(sumi, sub16(maddubs(ql, y), maddubs(qh, y)), sc)
+
+
+@jit
+def row_dot_x86(w, n, qs, yd, t, PF=0):
+    """Row n of w (N, nb*114) . token t (qs (T, K) int8): ggml's AVX2 order."""
     nb = yd.shape[1]
     K = nb * QK_K
     rb = w.shape[1]
     m03 = splat8(3)
     m01 = splat8(1)
-    sums = zerof()
+    acc = zerof()
     for b in range(nb):
         o = n * rb + b * PACKED_BYTES
-        ob = b * PACKED_BYTES
+        if PF > 0:
+            prefetch_span(w, o + PF, PACKED_BYTES)
         oa = t * K + b * QK_K
-        oc = 2 * (t * (K // 2) + b * 128)
-        hb = load32(w, o + 64)
-        acc = zero32()
-        for G in range(8):
-            lo = and8(srl16(load32(w, o + 32 * (G // 4)), 2 * (G % 4)), m03)
-            q = or8(lo, sll16(and8(srl16(hb, G), m01), 2))
-            p16 = sub16(maddubs(q, load32(qp, oa + 32 * G)), load16x16(pc, oc + 32 * G))
-            acc = dpwssd(acc, p16, pair16(np.int8(w[n, ob + 96 + 2 * G]), np.int8(w[n, ob + 97 + 2 * G])))
-        d = np.float32(f16_to_f32(read_u16(w[n], ob + 112)) * yd[t, b])
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-    sumf = np.float32(0.0)
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
+        hbn = load32(w, o + 64)
+        sc = load16_i8_as_i16(w, o + 96)
+        q0 = load32(w, o)
+        q1 = load32(w, o + 32)
+        v = _chunk(zero32(), q0, hbn, 0, 0, load32(qs, oa), scale_halves16(sc, 0), m03, m01)
+        v = _chunk(v, q0, hbn, 2, 1, load32(qs, oa + 32), scale_halves16(sc, 1), m03, m01)
+        v = _chunk(v, q0, hbn, 4, 2, load32(qs, oa + 64), scale_halves16(sc, 2), m03, m01)
+        v = _chunk(v, q0, hbn, 6, 3, load32(qs, oa + 96), scale_halves16(sc, 3), m03, m01)
+        v = _chunk(v, q1, hbn, 0, 4, load32(qs, oa + 128), scale_halves16(sc, 4), m03, m01)
+        v = _chunk(v, q1, hbn, 2, 5, load32(qs, oa + 160), scale_halves16(sc, 5), m03, m01)
+        v = _chunk(v, q1, hbn, 4, 6, load32(qs, oa + 192), scale_halves16(sc, 6), m03, m01)
+        v = _chunk(v, q1, hbn, 6, 7, load32(qs, oa + 224), scale_halves16(sc, 7), m03, m01)
+        d = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 112)))
+        acc = ffma(splatf(d), cvt_f32(v), acc)
+    return hsum_float_8(acc)
 
 
 ROW_TILE = 8
@@ -179,10 +186,10 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qp, pc, yd, out):
-    """Tiles of rows x tokens, each output one _row_dot (the gemv's code, so rows are bit-identical)."""
+def _gemm(w, qs, yd, out):
+    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
     N = w.shape[0]
-    T = qp.shape[0]
+    T = qs.shape[0]
     n_rt = (N + ROW_TILE - 1) // ROW_TILE
     n_tt = (T + TOK_TILE - 1) // TOK_TILE
     for tile in prange(n_rt * n_tt):
@@ -190,15 +197,13 @@ def _gemm(w, qp, pc, yd, out):
         t0 = (tile % n_tt) * TOK_TILE
         for n in range(r0, min(N, r0 + ROW_TILE)):
             for t in range(t0, min(T, t0 + TOK_TILE)):
-                out[t, n] = _row_dot(w, n, qp, pc, yd, t)
+                out[t, n] = row_dot_x86(w, n, qs, yd, t)
 
 
 @pjit
-def _gemv(w, qp, pc, yd, out):
-    rb = w.shape[1]
+def _gemv(w, qs, yd, out):
     for n in prange(w.shape[0]):
-        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
-        out[0, n] = _row_dot(w, n, qp, pc, yd, 0)
+        out[0, n] = row_dot_x86(w, n, qs, yd, 0, kquants.GEMV_PF)
 
 
 def _pack_fast(raw, K):
@@ -208,8 +213,7 @@ def _pack_fast(raw, K):
 
 
 def _mm_fast(packed, a, out):
-    k = kquants.prepare(a, 4)
-    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], k.qp, k.pcorr, k.d, out)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.d, out)
 
 
 if HAS_AVX2:

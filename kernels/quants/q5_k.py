@@ -11,9 +11,10 @@ Super-block (176 bytes):
 
 Dequantizer: dequantize_row_q5_K. Dot: ggml_vec_dot_q5_K_q8_K_generic (same float order as Q4_K).
 
-Fast path (AVX2), rows repacked to 180-byte blocks: [0:128) quants' low 4 bits as Q4_K's repack (kquants.PERM
-order), [128:160) qh permuted the same way (bit s of byte p = fifth bit of sub-block s), [160:168) scales,
-[168:176) mins, [176:178) d, [178:180) dmin. Pair sums <= 2*31*127, no saturation.
+Fast path (AVX2): ggml's x86 order, ggml_vec_dot_q5_K_q8_K's AVX2 version (see the fast path section), which
+x86 llama.cpp runs for Q5_K at every batch size (neither repacked nor in tinyBLAS on x86). Rows repacked to
+180-byte blocks: [0:128) qs and [128:160) qh as stored, [160:168) the 8 scales, [168:176) the 8 mins (decoded
+from the 12 packed bytes), [176:178) d, [178:180) dmin. Pair sums <= 2*31*127, no saturation.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
+from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, fadd, fmul, hsum32, lanef, load32, load8_i16_as_i32,
-                    load8_u8_as_i32, maddubs, mul32, or8, prefetch_span, sll16, splat16,
-                    splat8, splatf, srl16, zero32, zerof)
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
+                    maddubs, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32, zerof)
+from ..fp16 import fma_f32
 from .base import BlockFormat, register
 from .q4_k import scale_min_k4
 
@@ -103,9 +105,15 @@ def _mm_scalar(packed, a, out):
 
 
 # ----------------------------------------------------------------------------------------- fast path
+# ggml_vec_dot_q5_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c; AVX-512 builds compile the same code). Per super-block:
+#   d = y.d * x.d;  dmin = -y.d * x.dmin
+#   summs = fma(dmin, (float)sum_s min_s * (bsums[2s] + bsums[2s+1]), summs)   (GCC contracts `summs += dmin * i`)
+#   lane l (0..7) = sum over the 8 chunks of 32 weights of scale * sum of q*y over the chunk's bytes 4l..4l+3
+#                   (vpmaddubsw, then vpmaddwd with the chunk's scale)
+#   acc[l] = fma(d, (float)lane_l, acc[l])
+# s = hsum_float_8(acc) + summs.
 
 PACKED_BYTES = 180
-_PERM = kquants.PERM
 
 
 @pjit
@@ -117,10 +125,10 @@ def _repack(raw, out):
         for b in range(nb):
             o = b * BLOCK_BYTES
             q = b * PACKED_BYTES
+            for p in range(128):
+                out[n, q + p] = row[o + 48 + p]
             for p in range(32):
-                for c in range(4):
-                    out[n, q + 32 * c + p] = row[o + 48 + 32 * c + _PERM[p]]
-                out[n, q + 128 + p] = row[o + 16 + _PERM[p]]
+                out[n, q + 128 + p] = row[o + 16 + p]
             for sb in range(8):
                 sc, mn = scale_min_k4(row, o + 4, sb)
                 out[n, q + 160 + sb] = sc
@@ -130,35 +138,36 @@ def _repack(raw, out):
 
 
 @jit
-def _row_dot(w, n, qp, yd, bs32, t):
+def row_dot_x86(w, n, qs, yd, bs32, t, PF=0):
+    """Row n of w (N, nb*180) . token t (qs (T, K) int8, bs32 (T, K/32) int16): ggml's AVX2 order."""
     nb = yd.shape[1]
     K = nb * QK_K
     rb = w.shape[1]
     m0f = splat8(15)
     m01 = splat8(1)
-    sums = zerof()
-    sumf = np.float32(0.0)
+    acc = zerof()
+    summs = np.float32(0.0)
     for b in range(nb):
         o = n * rb + b * PACKED_BYTES
+        if PF > 0:
+            prefetch_span(w, o + PF, PACKED_BYTES)
         ob = b * PACKED_BYTES
         oa = t * K + b * QK_K
         hb = load32(w, o + 128)
-        acc = zero32()
+        sumi = zero32()
         for c in range(4):
             q = load32(w, o + 32 * c)
             lo = or8(and8(q, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4))
             hi = or8(and8(srl16(q, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4))
-            acc = dpwssd(acc, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
-            acc = dpwssd(acc, maddubs(hi, load32(qp, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
+            sumi = dpwssd(sumi, maddubs(lo, load32(qs, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
+            sumi = dpwssd(sumi, maddubs(hi, load32(qs, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
         dy = yd[t, b]
-        d = np.float32(f16_to_f32(read_u16(w[n], ob + 176)) * dy)
-        sums = fadd(sums, fmul(splatf(d), cvt_f32(acc)))
-        sumi = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
-        dmin = np.float32(f16_to_f32(read_u16(w[n], ob + 178)) * dy)
-        sumf = sumf - np.float32(dmin * np.float32(sumi))
-    for l in range(8):
-        sumf = sumf + lanef(sums, l)
-    return sumf
+        d = np.float32(dy * f16_to_f32(read_u16(w[n], ob + 176)))
+        dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], ob + 178)))
+        mins = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+        summs = fma_f32(dmin, np.float32(mins), summs)
+        acc = ffma(splatf(d), cvt_f32(sumi), acc)
+    return hsum_float_8(acc) + summs
 
 
 ROW_TILE = 8
@@ -166,10 +175,10 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qp, yd, bs32, out):
-    """Tiles of rows x tokens, each output one _row_dot (the gemv's code, so rows are bit-identical)."""
+def _gemm(w, qs, yd, bs32, out):
+    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
     N = w.shape[0]
-    T = qp.shape[0]
+    T = qs.shape[0]
     n_rt = (N + ROW_TILE - 1) // ROW_TILE
     n_tt = (T + TOK_TILE - 1) // TOK_TILE
     for tile in prange(n_rt * n_tt):
@@ -177,15 +186,13 @@ def _gemm(w, qp, yd, bs32, out):
         t0 = (tile % n_tt) * TOK_TILE
         for n in range(r0, min(N, r0 + ROW_TILE)):
             for t in range(t0, min(T, t0 + TOK_TILE)):
-                out[t, n] = _row_dot(w, n, qp, yd, bs32, t)
+                out[t, n] = row_dot_x86(w, n, qs, yd, bs32, t)
 
 
 @pjit
-def _gemv(w, qp, yd, bs32, out):
-    rb = w.shape[1]
+def _gemv(w, qs, yd, bs32, out):
     for n in prange(w.shape[0]):
-        prefetch_span(w, n * rb + 4096, rb)  # a row's worth, 4 KB ahead (see _simd.prefetch_span)
-        out[0, n] = _row_dot(w, n, qp, yd, bs32, 0)
+        out[0, n] = row_dot_x86(w, n, qs, yd, bs32, 0, kquants.GEMV_PF)
 
 
 def _pack_fast(raw, K):
@@ -195,8 +202,8 @@ def _pack_fast(raw, K):
 
 
 def _mm_fast(packed, a, out):
-    k = kquants.prepare(a, 0)
-    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], k.qp, k.d, k.bs32, out)
+    bs32 = kquants.group_sums32(a.bsums)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.d, bs32, out)
 
 
 if HAS_AVX2:

@@ -26,10 +26,11 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
+from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
                     hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32, zero16x32)
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, lanef, load16_i8_as_i16, load16x16, load32, load8xf32,
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load16x16, load32, load8xf32,
                     maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf, srl16, store8xf32,
                     sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
@@ -157,14 +158,6 @@ def _lanes(q, sc, nsc32, qs, bsums, t, b):
     v = dpwssd(v, maddubs(q[5], load32(qs, oa + 160)), sc[5])
     v = dpwssd(v, maddubs(q[6], load32(qs, oa + 192)), sc[6])
     return dpwssd(v, maddubs(q[7], load32(qs, oa + 224)), sc[7])
-
-
-@jit
-def hsum_float_8(v):
-    """ggml's hsum_float_8: (v4 + v0) + (v6 + v2), (v5 + v1) + (v7 + v3), then their sum."""
-    a = np.float32(np.float32(lanef(v, 4) + lanef(v, 0)) + np.float32(lanef(v, 6) + lanef(v, 2)))
-    c = np.float32(np.float32(lanef(v, 5) + lanef(v, 1)) + np.float32(lanef(v, 7) + lanef(v, 3)))
-    return np.float32(a + c)
 
 
 @jit
