@@ -29,6 +29,16 @@ from .base import empty_aligned
 # 20.8/20.7 -> 22.6/23.2, 8960x1536 27.3/27.4 -> 42.8/39.0 (4, 8 and 16 KB tried; 8 KB best for both).
 GEMV_PF = 8192
 
+# llama.cpp's tiled K-quant matmul (ggml-cpu/tiled/tiled.cpp, `ggml_compute_forward_mul_mat_tiled`) takes every
+# MUL_MAT of a Q2_K..Q6_K weight that is not in the repack buffer once the batch has TILED_MIN_BATCH tokens or more
+# (`ggml_tiled_min_batch`); smaller batches run ggml_vec_dot per (row, token). Its float order per (row, token),
+# super-block by super-block (tiled-kernel.cpp, AVX-512 VNNI and AVX2 microtiles alike; GCC contracts the
+# AVX-512 epilogue's add(buf, mul(r, d1)) into one FMA):
+#     s1 = sum_s scale_s * (q . y)_s              exact int32 (offset codes corrected by BIAS * bsums)
+#     s2 = sum_s min_s * bsums_s                  exact int32 (formats with mins)
+#     r  = (float)s1 * x.d;  r = fma(-x.dmin, (float)s2, r);  acc = fma(r, y.d, acc)
+TILED_MIN_BATCH = 8
+
 # PERM[p] = natural element (within a 32-group) stored at permuted position p
 PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
 

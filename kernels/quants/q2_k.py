@@ -26,8 +26,9 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from .kquants import hsum_float_8
+from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load16x16, load32, maddubs,
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, maddubs,
                     prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, register
 
@@ -128,36 +129,55 @@ def _repack(raw, out):
 
 
 @jit
+def _block_ints(w, n, b, qs, bsums, t, m03):
+    """Super-block b of row n with token t: (<8 x i32> min[2l]*bsums[2l] + min[2l+1]*bsums[2l+1],
+    <8 x i32> lane l = sum scale * q.y over the chunks' bytes 4l..4l+3)."""
+    K = qs.shape[1]
+    o = n * w.shape[1] + b * PACKED_BYTES
+    oa = t * K + b * QK_K
+    mins = dpwssd(zero32(), load16_i8_as_i16(w, o + 80), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
+    sc = load16_i8_as_i16(w, o + 64)
+    q0 = load32(w, o)
+    q1 = load32(w, o + 32)
+    v = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
+    v = dpwssd(v, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
+    v = dpwssd(v, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
+    v = dpwssd(v, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
+    v = dpwssd(v, maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
+    v = dpwssd(v, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
+    v = dpwssd(v, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
+    v = dpwssd(v, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
+    return mins, v
+
+
+@jit
 def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
     """Row n of w (N, nb*100) . token t (qs (T, K) int8, bsums (T, K/16) int16): ggml's AVX2 order."""
-    nb = yd.shape[1]
-    K = nb * QK_K
-    rb = w.shape[1]
     m03 = splat8(3)
     acc = zerof()
-    for b in range(nb):
-        o = n * rb + b * PACKED_BYTES
+    for b in range(yd.shape[1]):
         if PF > 0:
-            prefetch_span(w, o + PF, PACKED_BYTES)
-        oa = t * K + b * QK_K
+            prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
+        mins, v = _block_ints(w, n, b, qs, bsums, t, m03)
         dy = yd[t, b]
         dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)))
-        mins = dpwssd(zero32(), load16_i8_as_i16(w, o + 80), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
         acc = ffma(splatf(dmin), cvt_f32(mins), acc)
-        sc = load16_i8_as_i16(w, o + 64)
-        q0 = load32(w, o)
-        q1 = load32(w, o + 32)
-        v = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
-        v = dpwssd(v, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
-        v = dpwssd(v, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
-        v = dpwssd(v, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
-        v = dpwssd(v, maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
-        v = dpwssd(v, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
-        v = dpwssd(v, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
-        v = dpwssd(v, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
         d = np.float32(dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
         acc = ffma(splatf(d), cvt_f32(v), acc)
     return hsum_float_8(acc)
+
+
+@jit
+def row_dot_tiled(w, n, qs, bsums, yd, t):
+    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH)."""
+    m03 = splat8(3)
+    acc = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        mins, v = _block_ints(w, n, b, qs, bsums, t, m03)
+        r = np.float32(np.float32(hsum32(v)) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
+        r = fma_f32(-f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)), np.float32(hsum32(mins)), r)
+        acc = fma_f32(r, yd[t, b], acc)
+    return acc
 
 
 ROW_TILE = 8
@@ -185,6 +205,16 @@ def _gemv(w, qs, bsums, yd, out):
         out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
 
 
+@pjit
+def _gemm_tiled(w, qs, bsums, yd, out):
+    N = w.shape[0]
+    T = qs.shape[0]
+    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
+        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
+            for t in range(T):
+                out[t, n] = row_dot_tiled(w, n, qs, bsums, yd, t)
+
+
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
@@ -195,9 +225,13 @@ def _mm_fast(packed, a, out):
     (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
 
 
+def _mm_llama(packed, a, out):
+    (_gemm_tiled if a.qs.shape[0] >= kquants.TILED_MIN_BATCH else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
+
+
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
-                                  _mm_fast, _mm_fast))
+                                  _mm_fast, _mm_fast, _mm_llama))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))

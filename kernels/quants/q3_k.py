@@ -26,8 +26,9 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from .kquants import hsum_float_8
+from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load32, maddubs, prefetch_span,
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load32, maddubs, prefetch_span,
                     scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
 from .base import BlockFormat, register
 
@@ -151,34 +152,51 @@ def _chunk(sumi, q3bits, hbn, shift, bit, y, sc, m03, m01):
 
 
 @jit
+def _block_lanes(w, n, b, qs, t, m03, m01):
+    """<8 x i32>: super-block b of row n with token t, lane l = sum scale * q.y over the chunks' bytes 4l..4l+3."""
+    K = qs.shape[1]
+    o = n * w.shape[1] + b * PACKED_BYTES
+    oa = t * K + b * QK_K
+    hbn = load32(w, o + 64)
+    sc = load16_i8_as_i16(w, o + 96)
+    q0 = load32(w, o)
+    q1 = load32(w, o + 32)
+    v = _chunk(zero32(), q0, hbn, 0, 0, load32(qs, oa), scale_halves16(sc, 0), m03, m01)
+    v = _chunk(v, q0, hbn, 2, 1, load32(qs, oa + 32), scale_halves16(sc, 1), m03, m01)
+    v = _chunk(v, q0, hbn, 4, 2, load32(qs, oa + 64), scale_halves16(sc, 2), m03, m01)
+    v = _chunk(v, q0, hbn, 6, 3, load32(qs, oa + 96), scale_halves16(sc, 3), m03, m01)
+    v = _chunk(v, q1, hbn, 0, 4, load32(qs, oa + 128), scale_halves16(sc, 4), m03, m01)
+    v = _chunk(v, q1, hbn, 2, 5, load32(qs, oa + 160), scale_halves16(sc, 5), m03, m01)
+    v = _chunk(v, q1, hbn, 4, 6, load32(qs, oa + 192), scale_halves16(sc, 6), m03, m01)
+    return _chunk(v, q1, hbn, 6, 7, load32(qs, oa + 224), scale_halves16(sc, 7), m03, m01)
+
+
+@jit
 def row_dot_x86(w, n, qs, yd, t, PF=0):
     """Row n of w (N, nb*114) . token t (qs (T, K) int8): ggml's AVX2 order."""
-    nb = yd.shape[1]
-    K = nb * QK_K
-    rb = w.shape[1]
     m03 = splat8(3)
     m01 = splat8(1)
     acc = zerof()
-    for b in range(nb):
-        o = n * rb + b * PACKED_BYTES
+    for b in range(yd.shape[1]):
         if PF > 0:
-            prefetch_span(w, o + PF, PACKED_BYTES)
-        oa = t * K + b * QK_K
-        hbn = load32(w, o + 64)
-        sc = load16_i8_as_i16(w, o + 96)
-        q0 = load32(w, o)
-        q1 = load32(w, o + 32)
-        v = _chunk(zero32(), q0, hbn, 0, 0, load32(qs, oa), scale_halves16(sc, 0), m03, m01)
-        v = _chunk(v, q0, hbn, 2, 1, load32(qs, oa + 32), scale_halves16(sc, 1), m03, m01)
-        v = _chunk(v, q0, hbn, 4, 2, load32(qs, oa + 64), scale_halves16(sc, 2), m03, m01)
-        v = _chunk(v, q0, hbn, 6, 3, load32(qs, oa + 96), scale_halves16(sc, 3), m03, m01)
-        v = _chunk(v, q1, hbn, 0, 4, load32(qs, oa + 128), scale_halves16(sc, 4), m03, m01)
-        v = _chunk(v, q1, hbn, 2, 5, load32(qs, oa + 160), scale_halves16(sc, 5), m03, m01)
-        v = _chunk(v, q1, hbn, 4, 6, load32(qs, oa + 192), scale_halves16(sc, 6), m03, m01)
-        v = _chunk(v, q1, hbn, 6, 7, load32(qs, oa + 224), scale_halves16(sc, 7), m03, m01)
+            prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
+        v = _block_lanes(w, n, b, qs, t, m03, m01)
         d = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 112)))
         acc = ffma(splatf(d), cvt_f32(v), acc)
     return hsum_float_8(acc)
+
+
+@jit
+def row_dot_tiled(w, n, qs, yd, t):
+    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH)."""
+    m03 = splat8(3)
+    m01 = splat8(1)
+    acc = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        s1 = hsum32(_block_lanes(w, n, b, qs, t, m03, m01))
+        r = np.float32(np.float32(s1) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 112)))
+        acc = fma_f32(r, yd[t, b], acc)
+    return acc
 
 
 ROW_TILE = 8
@@ -206,6 +224,16 @@ def _gemv(w, qs, yd, out):
         out[0, n] = row_dot_x86(w, n, qs, yd, 0, kquants.GEMV_PF)
 
 
+@pjit
+def _gemm_tiled(w, qs, yd, out):
+    N = w.shape[0]
+    T = qs.shape[0]
+    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
+        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
+            for t in range(T):
+                out[t, n] = row_dot_tiled(w, n, qs, yd, t)
+
+
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
@@ -216,9 +244,13 @@ def _mm_fast(packed, a, out):
     (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.d, out)
 
 
+def _mm_llama(packed, a, out):
+    (_gemm_tiled if a.qs.shape[0] >= kquants.TILED_MIN_BATCH else _gemm)(packed[0], a.qs, a.d, out)
+
+
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
-                                  _mm_fast, _mm_fast))
+                                  _mm_fast, _mm_fast, _mm_llama))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))

@@ -138,36 +138,55 @@ def _repack(raw, out):
 
 
 @jit
+def _block_ints(w, n, b, qs, bs32, t, m0f, m01):
+    """Super-block b of row n with token t: (<8 x i32> lanes of sum scale * q.y, sum_s min_s * bsum32_s)."""
+    K = bs32.shape[1] * 32
+    o = n * w.shape[1] + b * PACKED_BYTES
+    ob = b * PACKED_BYTES
+    oa = t * K + b * QK_K
+    hb = load32(w, o + 128)
+    sumi = zero32()
+    for c in range(4):
+        q = load32(w, o + 32 * c)
+        lo = or8(and8(q, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4))
+        hi = or8(and8(srl16(q, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4))
+        sumi = dpwssd(sumi, maddubs(lo, load32(qs, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
+        sumi = dpwssd(sumi, maddubs(hi, load32(qs, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
+    mins = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+    return sumi, mins
+
+
+@jit
 def row_dot_x86(w, n, qs, yd, bs32, t, PF=0):
     """Row n of w (N, nb*180) . token t (qs (T, K) int8, bs32 (T, K/32) int16): ggml's AVX2 order."""
-    nb = yd.shape[1]
-    K = nb * QK_K
-    rb = w.shape[1]
     m0f = splat8(15)
     m01 = splat8(1)
     acc = zerof()
     summs = np.float32(0.0)
-    for b in range(nb):
-        o = n * rb + b * PACKED_BYTES
+    for b in range(yd.shape[1]):
         if PF > 0:
-            prefetch_span(w, o + PF, PACKED_BYTES)
-        ob = b * PACKED_BYTES
-        oa = t * K + b * QK_K
-        hb = load32(w, o + 128)
-        sumi = zero32()
-        for c in range(4):
-            q = load32(w, o + 32 * c)
-            lo = or8(and8(q, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4))
-            hi = or8(and8(srl16(q, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4))
-            sumi = dpwssd(sumi, maddubs(lo, load32(qs, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
-            sumi = dpwssd(sumi, maddubs(hi, load32(qs, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
+            prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
+        sumi, mins = _block_ints(w, n, b, qs, bs32, t, m0f, m01)
         dy = yd[t, b]
-        d = np.float32(dy * f16_to_f32(read_u16(w[n], ob + 176)))
-        dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], ob + 178)))
-        mins = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+        d = np.float32(dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 176)))
+        dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 178)))
         summs = fma_f32(dmin, np.float32(mins), summs)
         acc = ffma(splatf(d), cvt_f32(sumi), acc)
     return hsum_float_8(acc) + summs
+
+
+@jit
+def row_dot_tiled(w, n, qs, yd, bs32, t):
+    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH)."""
+    m0f = splat8(15)
+    m01 = splat8(1)
+    acc = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        sumi, mins = _block_ints(w, n, b, qs, bs32, t, m0f, m01)
+        r = np.float32(np.float32(hsum32(sumi)) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 176)))
+        r = fma_f32(-f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 178)), np.float32(mins), r)
+        acc = fma_f32(r, yd[t, b], acc)
+    return acc
 
 
 ROW_TILE = 8
@@ -195,6 +214,16 @@ def _gemv(w, qs, yd, bs32, out):
         out[0, n] = row_dot_x86(w, n, qs, yd, bs32, 0, kquants.GEMV_PF)
 
 
+@pjit
+def _gemm_tiled(w, qs, yd, bs32, out):
+    N = w.shape[0]
+    T = qs.shape[0]
+    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
+        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
+            for t in range(T):
+                out[t, n] = row_dot_tiled(w, n, qs, yd, bs32, t)
+
+
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
@@ -206,9 +235,15 @@ def _mm_fast(packed, a, out):
     (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.d, bs32, out)
 
 
+def _mm_llama(packed, a, out):
+    if a.qs.shape[0] < kquants.TILED_MIN_BATCH:
+        return _mm_fast(packed, a, out)
+    _gemm_tiled(packed[0], a.qs, a.d, kquants.group_sums32(a.bsums), out)
+
+
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
-                                  _mm_fast, _mm_fast))
+                                  _mm_fast, _mm_fast, _mm_llama))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))

@@ -27,10 +27,11 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from .kquants import hsum_float_8
+from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
                     hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32, zero16x32)
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, load16_i8_as_i16, load16x16, load32, load8xf32,
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8xf32,
                     maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf, srl16, store8xf32,
                     sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
@@ -305,6 +306,37 @@ def _gemm_z(w, yB, bB, yd, out):
                     out[t, n] = hsum_float_8(load8xf32(acc, so))
 
 
+@jit
+def row_dot_tiled(w, n, qs, bsums, yd, t):
+    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH): s1 = the lanes' integer total."""
+    m0f = splat8(15)
+    m03 = splat8(3)
+    acc = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        q, sc, nsc32 = _decode(w, n, b, m0f, m03)
+        s1 = hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))
+        r = np.float32(np.float32(s1) * f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208)))
+        acc = fma_f32(r, yd[t, b], acc)
+    return acc
+
+
+@pjit
+def _gemm_tiled(w, qs, bsums, yd, out):
+    N = w.shape[0]
+    T = qs.shape[0]
+    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
+        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
+            for t in range(T):
+                out[t, n] = row_dot_tiled(w, n, qs, bsums, yd, t)
+
+
+def _mm_llama(packed, a, out):
+    if a.qs.shape[0] >= kquants.TILED_MIN_BATCH:
+        _gemm_tiled(packed[0], a.qs, a.bsums, a.d, out)
+    else:
+        _mm_fast(packed, a, out)
+
+
 def _mm_fast(packed, a, out):
     T, K = a.qs.shape
     if T == 1:
@@ -320,7 +352,7 @@ def _mm_fast(packed, a, out):
 
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_fast, _mm_fast))
+                                  _mm_fast, _mm_fast, _mm_llama))
 else:
     FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
                                   _mm_scalar, _mm_scalar))
