@@ -122,14 +122,11 @@ def test_real_greedy(path):
     assert float(np.median(worst)) <= LLAMA_NOISE
 
 
-# tiny files whose weights all use kernels in ggml's x86 order (all but BF16, whose AVX512-BF16 dot is not ported)
-X86_EXACT = [p for p in TINY_GREEDY if "-BF16__" not in p.name]
-
-
-@pytest.mark.parametrize("path", X86_EXACT, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", TINY_GREEDY, ids=lambda p: p.stem)
 def test_tiny_logits_bit_exact_in_llama_batch_order(path):
-    """As the SmolLM2 test below, for the tiny models whose weight types all follow ggml's x86 order: every
-    recorded top-5 logit of every step equals llama.cpp's bit for bit (F16 and F32 cache)."""
+    """As the SmolLM2 test below, for every tiny model (every weight type follows ggml's x86 order, BF16's
+    AVX512_BF16 vdpbf16ps included): every recorded top-5 logit of every step equals llama.cpp's bit for bit
+    (F16 and F32 cache)."""
     rec = json.loads(path.read_text())
     cache = "f32" if path.stem.endswith("kvf32") else "f16"
     logits = _run_forced(_model(FIXTURES / rec["model"]), rec, cache, batch_invariant=False)
