@@ -30,6 +30,7 @@ from synapse_cli.evalcb import TraceRecorder, diff_traces, load_trace
 
 TINY_LOGS = sorted((FIXTURES / "tiny" / "evalcb").glob("*.log"))
 REAL_LOGS = sorted((FIXTURES / "real" / "evalcb").glob("*.log"))  # the 1.5B's is skipped unless fetched
+LONG_LOGS = sorted((FIXTURES / "real" / "evalcb-long").glob("*.log"))  # Qwen2.5, 13 and 35 tokens
 
 FIRST_PROJECTIONS = ("Qcur-0", "Kcur-0", "Vcur-0")
 
@@ -68,6 +69,17 @@ def test_tiny_trace_matches_llama_eval_callback(log):
 def test_real_trace_matches_llama_eval_callback(log):
     model = real_model_path(log.name.split("__")[0] + ".gguf")
     _check(_trace(model, "The capital of France is", "f16"), log)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("log", LONG_LOGS, ids=lambda p: p.stem)
+def test_real_long_prompt_trace_matches_llama_eval_callback(log):
+    """Batches of >= 8 tokens: the Q6_K (and Q4_K-mix) products take llama.cpp's tiled K-quant matmul."""
+    stem, pid = log.stem.split("__")
+    prompt = (FIXTURES / "real" / "prompts" / f"{stem}__{pid}.txt").read_text()
+    if prompt.endswith("\n"):
+        prompt = prompt[:-1]  # llama.cpp's -f strips one trailing newline (fixtures README 7.1)
+    _check(_trace(real_model_path(stem + ".gguf"), prompt, "f16"), log)
 
 
 def test_cli_diff_live_against_log_exit_code():
