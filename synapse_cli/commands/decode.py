@@ -1,14 +1,13 @@
 """`synapse decode`: greedy generation, as llama-completion / llama-simple print it.
 
 Flags follow llama.cpp's common arguments (-m -p -f -n -c -b -ub -t -ctk -ctv --temp --ignore-eos
--e/--no-escape --no-display-prompt). The prompt is tokenized with add_special and parse_special
+-e/--no-escape --no-display-prompt -fa -no-cnv). The prompt is tokenized with add_special and parse_special
 (what llama-completion does); generated text streams to stdout as UTF-8 completes; timings go to
 stderr in llama_perf_context_print's format; `--json` prints one object instead.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import sys
@@ -16,6 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
+from .llama_flags import check_flash_attn, flash_attn_option
 
 
 def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
@@ -39,6 +39,26 @@ def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
     if prompt is None:
         return ""
     return process_escapes(prompt) if escape else prompt
+
+
+class _BytesOut:
+    """Writes bytes to a text stream's binary buffer (or, lacking one, decoded with replacement), flushing each."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.buffer = getattr(stream, "buffer", None)
+
+    def write(self, data: bytes) -> None:
+        if self.buffer is not None:
+            self.stream.flush()
+            self.buffer.write(data)
+            self.buffer.flush()
+        else:
+            self.stream.write(data.decode("utf-8", errors="replace"))
+            self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def default_threads() -> int:
@@ -69,10 +89,15 @@ def default_threads() -> int:
                    "repacked Q4_K gemm) instead of the batch-invariant single-token orders: prompt logits then "
                    "equal llama.cpp's bit for bit where our kernels follow its order (e.g. SmolLM2), but depend "
                    "on how the prompt is split into batches, as llama.cpp's do.")
+@flash_attn_option
+@click.option("-no-cnv", "--no-conversation", "no_conversation", is_flag=True,
+              help="Raw completion, no chat template (llama-completion's -no-cnv; what decode always does).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, json_output):
+            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
+            no_conversation, json_output):
     """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
+    check_flash_attn(flash_attn)
     if temp != 0.0:
         raise SynapseError(f"--temp {temp}: only --temp 0 (greedy) is implemented; other samplers are not yet")
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
@@ -97,11 +122,12 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     result.timings.load_ms = sess.load_ms
     result.timings.t_start = sess.t_start
 
-    out = sys.stdout
-    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    # the pieces' bytes as they are, like llama-completion (a multi-byte character split over tokens, or bytes
+    # that are no valid UTF-8, reach stdout exactly as llama.cpp writes them)
+    out = _BytesOut(sys.stdout)
     if not json_output and not no_display_prompt:
         shown = b"".join(tok.token_to_piece(i, special=False) for i in prompt_ids)
-        out.write(dec.decode(shown))
+        out.write(shown)
         out.flush()
     gen_bytes = bytearray()
     try:
@@ -111,15 +137,14 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             piece = tok.token_to_piece(t, special=False)
             gen_bytes += piece
             if not json_output:
-                out.write(dec.decode(piece))
+                out.write(piece)
                 out.flush()
     except KeyboardInterrupt:
         result.stop = "interrupted"
     if not json_output:
-        out.write(dec.decode(b"", final=True))
         if result.stop == "eos":
-            out.write(" [end of text]")
-        out.write("\n")
+            out.write(b" [end of text]\n")
+        out.write(b"\n\n")  # llama-completion ends its output so
         out.flush()
         err = sys.stderr
         if result.stop == "ctx":

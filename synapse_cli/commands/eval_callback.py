@@ -21,6 +21,7 @@ import click
 
 from .. import evalcb
 from ..errors import SynapseError
+from .llama_flags import check_flash_attn, flash_attn_option
 
 CACHE_TYPES = ["f16", "f32"]
 
@@ -40,10 +41,10 @@ def _run_options(f):
         click.option("-ctv", "--cache-type-v", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
                      help="KV cache type for V."),
         # accepted so that a llama-eval-callback command line can be pasted; llama-eval-callback ignores
-        # -n and --temp too, and synapse computes attention without flash attention only
+        # -n and --temp too
         click.option("-n", "--n-predict", type=int, default=None, hidden=True),
         click.option("--temp", type=float, default=None, hidden=True),
-        click.option("-fa", "--flash-attn", type=click.Choice(["off"]), default="off", hidden=True),
+        flash_attn_option,
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -93,6 +94,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
     """
     if ctx.invoked_subcommand is not None:
         return
+    check_flash_attn(flash_attn)
     if model is None:
         raise click.UsageError("missing -m/--model (or use the 'diff' subcommand)")
     if prompt_file is not None:
@@ -157,6 +159,7 @@ def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_typ
             raise click.UsageError("give two traces A and B (or --model M --prompt P and one trace)")
     try:
         if model is not None:
+            check_flash_attn(flash_attn)
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
             _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder)
