@@ -363,10 +363,12 @@ class Context:
 
             a_rows, inp_rows, Tn = attn_out, x, T
             if il == hp.n_layer - 1 and want != "all":
-                if want == "none":
+                if want == "none" and not g:
                     break
-                # llama.cpp: only the rows whose logits are needed go on (ggml_get_rows with out_ids)
-                a_rows, inp_rows, Tn = attn_out[T - 1 :], x[T - 1 :], 1
+                # llama.cpp: only the rows whose logits are needed go on (ggml_get_rows with out_ids); a
+                # micro-batch without outputs still runs that tail of the graph on 0 rows, and traces it
+                Tn = 1 if want == "last" else 0
+                a_rows, inp_rows = attn_out[T - Tn :], x[T - Tn :]
                 if g:
                     attn_name, inp_name = g.out_rows(attn_name, a_rows, inp_name, inp_rows, T)
             fi = ffn_inp[:Tn]
@@ -406,7 +408,7 @@ class Context:
             x = x_next
 
         self.n_past += T
-        if want == "none":
+        if want == "none" and not g:
             return None
         Tn = x.shape[0]
         out_norm = np.empty((Tn, E), dtype=np.float32)
@@ -421,7 +423,7 @@ class Context:
         matmul(m.output, out_norm, logits, lo)
         if g:
             g.matmul("result_output", logits, m.output.name, E, "result_norm")
-        return logits
+        return logits if want != "none" else None
 
     def _cache_views(self, il: int, n_kv: int):
         """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache
