@@ -10,11 +10,11 @@ Super-block (84 bytes):
 Dequantizer: dequantize_row_q2_K. Dot: ggml_vec_dot_q2_K_q8_K_generic (one integer sum per super-block):
     sumf += (dy*dx) * isum - (dy*dminx) * summs,  summs = sum_j bsums[j] * M_j.
 
-Fast path (AVX2): ggml's x86 order, ggml_vec_dot_q2_K_q8_K's AVX2 version (see the fast path section): what
-x86 llama.cpp runs for Q2_K rows when it does not repack them (builds without AVX-512, or ne1 % 8 != 0); an
-AVX-512 build repacks Q2_K to q2_K_8x8 (ggml_gemv/gemm_q2_K_8x8_q8_K), whose order is not ported. Rows repacked
-to 100-byte blocks: [0:64) qs as stored, [64:80) the 16 scales, [80:96) the 16 mins (int8), [96:98) d,
-[98:100) dmin.
+Fast path (AVX2): ggml's x86 orders (see the fast path section). An AVX-512 build of llama.cpp (the fixtures')
+repacks a Q2_K weight with ne1 % 8 == 0 to q2_K_8x8 and runs ggml_gemv/gemm_q2_K_8x8_q8_K on it, for every
+batch size; other Q2_K weights run ggml_vec_dot_q2_K_q8_K (and llama.cpp's tiled matmul for batches of >= 8
+tokens). Rows repacked to 100-byte blocks: [0:64) qs as stored, [64:80) the 16 scales, [80:96) the 16 mins
+(int8), [96:98) d, [98:100) dmin.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import kquants
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, maddubs,
+from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, maddubs,
                     prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, register
 
@@ -101,7 +101,13 @@ def _mm_scalar(packed, a, out):
 
 
 # ----------------------------------------------------------------------------------------- fast path
-# ggml_vec_dot_q2_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c). Per super-block:
+# ggml_gemv_q2_K_8x8_q8_K / ggml_gemm_q2_K_8x8_q8_K (ggml-cpu/arch/x86/repack.cpp; the AVX-512 gemm and the AVX2
+# gemv have the same per-output order), for repacked weights (ne1 % 8 == 0 in an AVX-512 build). Per super-block:
+#   acc  = fma((float)sum_s scale_s * q.y, x.d * y.d, acc)
+#   accm = fma((float)sum_s min_s * bsums_s, x.dmin * y.d, accm)
+# s = acc - accm; the gemm (llama.cpp's batches: the first T - T % 4 tokens) does the two FMAs per 128-weight
+# half instead of per super-block.
+# ggml_vec_dot_q2_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c), for the other weights. Per super-block:
 #   acc[l] = fma(-y.d * x.dmin, (float)(min[2l] * bsums[2l] + min[2l+1] * bsums[2l+1]), acc[l])
 #   lane l (0..7) = sum over the 8 chunks of 32 weights of scale * sum of q*y over the chunk's bytes 4l..4l+3
 #   acc[l] = fma(y.d * x.d, (float)lane_l, acc[l])
@@ -130,8 +136,8 @@ def _repack(raw, out):
 
 @jit
 def _block_ints(w, n, b, qs, bsums, t, m03):
-    """Super-block b of row n with token t: (<8 x i32> min[2l]*bsums[2l] + min[2l+1]*bsums[2l+1],
-    <8 x i32> lane l = sum scale * q.y over the chunks' bytes 4l..4l+3)."""
+    """Super-block b of row n with token t: (<8 x i32> min[2l]*bsums[2l] + min[2l+1]*bsums[2l+1], and for each
+    128-weight half h the <8 x i32> lanes l = sum scale * q.y over its chunks' bytes 4l..4l+3)."""
     K = qs.shape[1]
     o = n * w.shape[1] + b * PACKED_BYTES
     oa = t * K + b * QK_K
@@ -139,32 +145,77 @@ def _block_ints(w, n, b, qs, bsums, t, m03):
     sc = load16_i8_as_i16(w, o + 64)
     q0 = load32(w, o)
     q1 = load32(w, o + 32)
-    v = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
-    v = dpwssd(v, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
-    v = dpwssd(v, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
-    v = dpwssd(v, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
-    v = dpwssd(v, maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
-    v = dpwssd(v, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
-    v = dpwssd(v, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
-    v = dpwssd(v, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
-    return mins, v
+    v0 = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
+    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
+    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
+    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
+    v1 = dpwssd(zero32(), maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
+    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
+    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
+    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
+    return mins, v0, v1
+
+
+@jit
+def _half_mins(w, n, b, bsums, t, h):
+    """sum over the 8 sub-blocks of half h of min_s * bsums_s (exact)."""
+    m = np.int32(0)
+    for s in range(8 * h, 8 * h + 8):
+        m += np.int32(w[n, b * PACKED_BYTES + 80 + s]) * np.int32(bsums[t, 16 * b + s])
+    return m
 
 
 @jit
 def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
-    """Row n of w (N, nb*100) . token t (qs (T, K) int8, bsums (T, K/16) int16): ggml's AVX2 order."""
+    """Row n of w (N, nb*100) . token t (qs (T, K) int8, bsums (T, K/16) int16): ggml_vec_dot_q2_K_q8_K."""
     m03 = splat8(3)
     acc = zerof()
     for b in range(yd.shape[1]):
         if PF > 0:
             prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
-        mins, v = _block_ints(w, n, b, qs, bsums, t, m03)
+        mins, v0, v1 = _block_ints(w, n, b, qs, bsums, t, m03)
         dy = yd[t, b]
         dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)))
         acc = ffma(splatf(dmin), cvt_f32(mins), acc)
         d = np.float32(dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
-        acc = ffma(splatf(d), cvt_f32(v), acc)
+        acc = ffma(splatf(d), cvt_f32(add32(v0, v1)), acc)
     return hsum_float_8(acc)
+
+
+@jit
+def row_dot_repack(w, n, qs, bsums, yd, t, PF=0):
+    """Row n . token t as ggml_gemv_q2_K_8x8_q8_K computes it (one FMA pair per super-block)."""
+    m03 = splat8(3)
+    acc = np.float32(0.0)
+    accm = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        if PF > 0:
+            prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
+        mins, v0, v1 = _block_ints(w, n, b, qs, bsums, t, m03)
+        dy = yd[t, b]
+        d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)) * dy)
+        dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)) * dy)
+        acc = fma_f32(np.float32(hsum32(v0) + hsum32(v1)), d, acc)
+        accm = fma_f32(np.float32(hsum32(mins)), dmin, accm)
+    return np.float32(acc - accm)
+
+
+@jit
+def row_dot_repack_gemm(w, n, qs, bsums, yd, t):
+    """Row n . token t as ggml_gemm_q2_K_8x8_q8_K computes it (one FMA pair per 128-weight half)."""
+    m03 = splat8(3)
+    acc = np.float32(0.0)
+    accm = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        mins, v0, v1 = _block_ints(w, n, b, qs, bsums, t, m03)
+        dy = yd[t, b]
+        d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)) * dy)
+        dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)) * dy)
+        acc = fma_f32(np.float32(hsum32(v0)), d, acc)
+        accm = fma_f32(np.float32(_half_mins(w, n, b, bsums, t, 0)), dmin, accm)
+        acc = fma_f32(np.float32(hsum32(v1)), d, acc)
+        accm = fma_f32(np.float32(_half_mins(w, n, b, bsums, t, 1)), dmin, accm)
+    return np.float32(acc - accm)
 
 
 @jit
@@ -173,8 +224,8 @@ def row_dot_tiled(w, n, qs, bsums, yd, t):
     m03 = splat8(3)
     acc = np.float32(0.0)
     for b in range(yd.shape[1]):
-        mins, v = _block_ints(w, n, b, qs, bsums, t, m03)
-        r = np.float32(np.float32(hsum32(v)) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
+        mins, v0, v1 = _block_ints(w, n, b, qs, bsums, t, m03)
+        r = np.float32(np.float32(hsum32(v0) + hsum32(v1)) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96)))
         r = fma_f32(-f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98)), np.float32(hsum32(mins)), r)
         acc = fma_f32(r, yd[t, b], acc)
     return acc
@@ -184,9 +235,23 @@ ROW_TILE = 8
 TOK_TILE = 32
 
 
+_VEC_DOT, _REPACK, _TILED, _REPACK_GEMM = 0, 1, 2, 3  # which of llama.cpp's kernels a product follows
+
+
+@jit
+def _row_dot(w, n, qs, bsums, yd, t, mode, PF=0):
+    if mode == _REPACK:
+        return row_dot_repack(w, n, qs, bsums, yd, t, PF)
+    if mode == _TILED:
+        return row_dot_tiled(w, n, qs, bsums, yd, t)
+    if mode == _REPACK_GEMM:
+        return row_dot_repack_gemm(w, n, qs, bsums, yd, t)
+    return row_dot_x86(w, n, qs, bsums, yd, t, PF)
+
+
 @pjit
-def _gemm(w, qs, bsums, yd, out):
-    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
+def _gemm(w, qs, bsums, yd, out, mode):
+    """Tiles of rows x tokens, each output one row dot of `mode` (the gemv's code, so rows are bit-identical)."""
     N = w.shape[0]
     T = qs.shape[0]
     n_rt = (N + ROW_TILE - 1) // ROW_TILE
@@ -196,37 +261,36 @@ def _gemm(w, qs, bsums, yd, out):
         t0 = (tile % n_tt) * TOK_TILE
         for n in range(r0, min(N, r0 + ROW_TILE)):
             for t in range(t0, min(T, t0 + TOK_TILE)):
-                out[t, n] = row_dot_x86(w, n, qs, bsums, yd, t)
+                out[t, n] = _row_dot(w, n, qs, bsums, yd, t, mode)
 
 
 @pjit
-def _gemv(w, qs, bsums, yd, out):
+def _gemv(w, qs, bsums, yd, out, mode):
     for n in prange(w.shape[0]):
-        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
-
-
-@pjit
-def _gemm_tiled(w, qs, bsums, yd, out):
-    N = w.shape[0]
-    T = qs.shape[0]
-    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
-        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
-            for t in range(T):
-                out[t, n] = row_dot_tiled(w, n, qs, bsums, yd, t)
+        out[0, n] = _row_dot(w, n, qs, bsums, yd, 0, mode, kquants.GEMV_PF)
 
 
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     _repack(raw, out)
-    return (out,)
+    return (out, _REPACK if raw.shape[0] % 8 == 0 else _VEC_DOT)  # llama.cpp repacks when ne1 % 8 == 0
 
 
 def _mm_fast(packed, a, out):
-    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
+    (_gemv if a.qs.shape[0] == 1 else _gemm)(packed[0], a.qs, a.bsums, a.d, out, packed[1])
 
 
 def _mm_llama(packed, a, out):
-    (_gemm_tiled if a.qs.shape[0] >= kquants.TILED_MIN_BATCH else _gemm)(packed[0], a.qs, a.bsums, a.d, out)
+    T = a.qs.shape[0]
+    if packed[1] == _VEC_DOT:
+        _gemm(packed[0], a.qs, a.bsums, a.d, out, _TILED if T >= kquants.TILED_MIN_BATCH else _VEC_DOT)
+        return
+    # repacked (repack.cpp forward_mul_mat): the first T - T % 4 tokens through the gemm, the rest the gemv
+    T4 = T - T % 4
+    if T4:
+        _gemm(packed[0], a.qs[:T4], a.bsums[:T4], a.d[:T4], out[:T4], _REPACK_GEMM)
+    if T4 < T:
+        _gemm(packed[0], a.qs[T4:], a.bsums[T4:], a.d[T4:], out[T4:], _REPACK)
 
 
 if HAS_AVX2:
