@@ -23,8 +23,9 @@ import numpy as np
 
 from synapse_cli.errors import ModelError
 
-from .ggml_type import type_name
+from .ggml_type import GGMLType, type_name
 from .quants import get_format, readonly
+from .quants.base import llama_repacks
 from .config import work_chunks as _num_threads
 from .quants import gemv1, kquants, q32
 from .quants._simd import HAS_AVX2
@@ -37,6 +38,10 @@ __all__ = ["Weight", "matmul", "matmul_many", "UnsupportedTypeError"]
 # one call.
 _FUSED = {2: ("q8_0", 0), 6: ("q8_0", 1), 8: ("q8_0", 2), 3: ("q8_1", 0), 7: ("q8_1", 1),
           12: ("q8_K", 0), 14: ("q8_K", 1)} if HAS_AVX2 else {}
+
+
+# types whose fused T == 1 kernel assumes llama.cpp's repacked order (kernels/quants/gemv1.py)
+_REPACKED_LAYOUT = (GGMLType.Q4_0, GGMLType.Q4_K)
 
 
 class UnsupportedTypeError(ModelError):
@@ -75,6 +80,8 @@ class Weight:
         self.raw = readonly(data.reshape(ne1, row_bytes))  # (N, row_bytes)
         self.packed = fmt.pack(self.raw, ne0)
         self.fused = _FUSED.get(int(fmt.ggml_type))  # (kernel, code) of the fused T == 1 path, or None
+        if self.fused is not None and fmt.ggml_type in _REPACKED_LAYOUT and not llama_repacks(fmt.ggml_type, ne1):
+            self.fused = None  # the fused kernels read the repacked layout only
         # weights with equal _group can go through one fused call (K-quants: any mix of Q4_K / Q6_K)
         self._group = None if self.fused is None else (self.fused if self.fused[0] != "q8_K" else "q8_K")
         self._x1, self._o1 = (1, ne0), (1, ne1)  # T == 1 shapes of the matmul fast path

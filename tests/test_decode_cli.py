@@ -115,3 +115,28 @@ def test_llama_batch_order_reproduces_llama_cpp_exactly(prompt):
     assert out["prompt_ids"] == rec["prompt_ids"]
     assert out["generated_ids"] == rec["generated_ids"]
     assert out["text"] == rec["text"]
+
+
+@pytest.mark.real
+def test_stdout_is_llama_completions_byte_for_byte():
+    """fixtures real/completion: llama-completion's exact stdout for a greedy run (its argument list, with the
+    model path filled in) equals `synapse decode ARGS --llama-batch-order`'s, byte for byte (prompt echo, text,
+    the closing empty line)."""
+    import subprocess
+    import sys
+
+    rec = json.loads((FIXTURES / "real" / "completion" / "SmolLM2-135M-Instruct.Q4_1__p1_plain__greedy.json").read_text())
+    args = list(rec["args"])
+    args[args.index("-m") + 1] = str(real_model_path(args[args.index("-m") + 1]))
+    r = subprocess.run([sys.executable, "-m", "synapse_cli", "decode", *args, "--llama-batch-order"],
+                       capture_output=True, cwd=FIXTURES)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == rec["stdout"].encode()
+
+
+def test_flash_attention_other_than_off_is_refused_with_one_line():
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "-fa", "on"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "-fa on" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _run("-m", TINY / "tiny-llama-F32.gguf", "-p", "x", "-n", 1, "-fa", "off", "-no-cnv", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["generated_ids"]

@@ -27,6 +27,7 @@ from conftest import REPO
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
 from kernels.quants import get_format
+from kernels.quants.base import llama_repacks
 
 REF = Path(__file__).resolve().parent / "reference"
 PROMPT = "Hello world, the quick brown fox jumps over the lazy dog. Licensed under the Apache License, Version 2.0"
@@ -52,13 +53,9 @@ def _cases(name: str):
 
 def _applies(typ: int, N: int) -> bool:
     """Whether the plain-context ggml MUL_MAT of mulmat.bin is the path synapse follows for this weight: not for
-    the types an AVX-512 llama.cpp repacks (Q4_0, Q4_K with ne1 % 8 == 0, and Q2_K), whose repacked kernels
-    synapse follows instead (Q2_K: q2k_repack.bin; Q4_0/Q4_K: the fixtures), nor for Q4_0/Q4_K rows that are not
-    repacked (their vec_dot / tiled orders are not ported)."""
-    t = GGMLType(typ)
-    if t in (GGMLType.Q4_0, GGMLType.Q4_K):
-        return False
-    return not (t == GGMLType.Q2_K and N % 8 == 0)
+    the weights an AVX-512 llama.cpp repacks (Q4_0, Q4_K, Q2_K with ne1 % 8 == 0), whose repacked kernels synapse
+    follows instead (Q2_K: q2k_repack.bin; Q4_0, Q4_K: the fixtures)."""
+    return not llama_repacks(typ, N)
 
 
 MULMAT = [c for c in _cases("mulmat.bin") if _applies(c[0], c[2])]

@@ -22,7 +22,7 @@ from ..ggml_type import GGMLType
 from ._bits import f16_to_f32, read_u16
 from . import q32
 from ._simd import HAS_AVX2
-from .base import BlockFormat, register
+from .base import BlockFormat, llama_repacks, register
 
 QK = 32
 BLOCK_BYTES = 18
@@ -75,11 +75,17 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=144 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=8, MODE=0, Q8=False
+# GB=144 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=8, MODE=6 (llama.cpp's repacked q4_0_8x8
+# kernels), Q8=False; a weight llama.cpp does not repack (base.llama_repacks) follows its AVX2
+# ggml_vec_dot_q4_0_q8_0 and, for batches, tinyBLAS_Q0 (the same order): MODE=4 in groups of q32.XG rows.
+
+XS = q32.XS  # x86 lane order: groups of q32.XG rows, layout constants of 8-row groups times XS
 
 
 def _pack_fast(raw, K):
-    return q32.pack(raw, 18, 2, -1, -1, 144, -1, 16, False)
+    if llama_repacks(GGMLType.Q4_0, raw.shape[0]):
+        return q32.pack(raw, 18, 2, -1, -1, 144, -1, 16, False)
+    return q32.pack(raw, 18, 2, -1, -1, 144 * XS, -1, 16 * XS, False, q32.XG) + ("vec_dot",)
 
 
 @pjit
@@ -94,8 +100,23 @@ def _gemm(w, qa, yd, ys, asum, out):
         q32.gemm_tile(w, tile, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out)
 
 
+@pjit
+def _gemv_x86(w, qa, yd, ys, asum, out):
+    for g in prange(w.shape[0]):
+        q32.gemv_group(w, g, 144 * XS, -1, 16 * XS, False, 8, 4, False, qa, yd, ys, asum, out, q32.GEMV_PF)
+
+
+@pjit
+def _gemm_x86(w, qa, yd, ys, asum, out):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+        q32.gemm_tile(w, tile, 144 * XS, -1, 16 * XS, False, 8, 4, False, qa, yd, ys, asum, out)
+
+
 def _mm_fast(packed, a, out):
-    q32.matmul_fast(_gemv, _gemm, 8, packed, a, out)
+    if len(packed) > 1:  # not repacked by llama.cpp
+        q32.matmul_fast(_gemv_x86, _gemm_x86, 8, packed, a, out, lanes=True)
+    else:
+        q32.matmul_fast(_gemv, _gemm, 8, packed, a, out)
 
 
 _mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)

@@ -44,6 +44,7 @@ from numba import prange
 from ..config import ijit, jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from . import kquants
+from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
 from ._simd import (HAS_VNNI512, as16z, bcast4z, cvt_f32z, dpbusd_z, ffma_z, fmul_z, load16xf32, load32x16z,
@@ -53,9 +54,9 @@ from ._simd import (HAS_AVX2, HAS_AVX512, add32z, and64, bcast_pair16, bcast32x2
                     zero16x32)
 from ._simd import (add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8, splatf, srl16,
-                    store8xf32, zero32)
+                    store8xf32, zero32, zerof)
 from .activations import Activations
-from .base import BlockFormat, empty_aligned, register, zeros_aligned
+from .base import BlockFormat, empty_aligned, llama_repacks, register, zeros_aligned
 
 BLOCK_BYTES = 144
 
@@ -139,8 +140,9 @@ _PERM = kquants.PERM
 
 
 @pjit
-def _repack(raw, out):
-    """raw (N, nb*144) -> out (N, nb*148), layout in the module docstring."""
+def _repack(raw, out, PERMUTE=True):
+    """raw (N, nb*144) -> out (N, nb*148), layout in the module docstring (PERMUTE False: qs as stored, the
+    layout of the rows llama.cpp does not repack, see the vec_dot section)."""
     N = raw.shape[0]
     nb = out.shape[1] // PACKED_BYTES
     for n in prange(N):
@@ -150,7 +152,7 @@ def _repack(raw, out):
             q = b * PACKED_BYTES
             for c in range(4):
                 for p in range(32):
-                    out[n, q + 32 * c + p] = row[o + 16 + 32 * c + _PERM[p]]
+                    out[n, q + 32 * c + p] = row[o + 16 + 32 * c + (_PERM[p] if PERMUTE else p)]
             for sb in range(8):
                 sc, mn = scale_min_k4(row, o + 4, sb)
                 out[n, q + 128 + sb] = sc
@@ -647,18 +649,104 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
                     out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
 
 
+# ------------------------------------------------------------ weights llama.cpp does not repack (ne1 % 8 != 0)
+# ggml_vec_dot_q4_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c), below 8 tokens, and llama.cpp's tiled K-quant
+# matmul from 8 on (kquants.TILED_MIN_BATCH), on rows packed as above with qs in stored order. vec_dot, per
+# super-block: lane l (0..7) of sum scale * q.y over the chunks' bytes 4l..4l+3, acc[l] = fma(y.d * x.d,
+# (float)lane_l, acc[l]); the mins in 4 lanes, m[l] = fma(-y.d * x.dmin, (float)(min[2l] * bsum32[2l] +
+# min[2l+1] * bsum32[2l+1]), m[l]); s = hsum_float_8(acc) + ((m0 + m2) + (m1 + m3)).
+
+
+@jit
+def _rows_block(w, n, b, qs, bs32, t, m0f):
+    """(<8 x i32> lanes of sum scale * q.y, the 4 min lanes as int32 scalars) of super-block b of row n."""
+    K = qs.shape[1]
+    o = n * w.shape[1] + b * PACKED_BYTES
+    ob = b * PACKED_BYTES
+    oa = t * K + b * QK_K
+    sumi = zero32()
+    for c in range(4):
+        q = load32(w, o + 32 * c)
+        sumi = dpwssd(sumi, maddubs(and8(q, m0f), load32(qs, oa + 64 * c)), splat16(w[n, ob + 128 + 2 * c]))
+        sumi = dpwssd(sumi, maddubs(and8(srl16(q, 4), m0f), load32(qs, oa + 64 * c + 32)),
+                      splat16(w[n, ob + 129 + 2 * c]))
+    m = np.empty(4, np.int32)
+    for l in range(4):
+        m[l] = (np.int32(w[n, ob + 136 + 2 * l]) * np.int32(bs32[t, 8 * b + 2 * l])
+                + np.int32(w[n, ob + 137 + 2 * l]) * np.int32(bs32[t, 8 * b + 2 * l + 1]))
+    return sumi, m
+
+
+@jit
+def row_dot_vec_dot(w, n, qs, yd, bs32, t, PF=0):
+    m0f = splat8(15)
+    acc = zerof()
+    m0 = m1 = m2 = m3 = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        if PF > 0:
+            prefetch_span(w, n * w.shape[1] + b * PACKED_BYTES + PF, PACKED_BYTES)
+        sumi, m = _rows_block(w, n, b, qs, bs32, t, m0f)
+        dy = yd[t, b]
+        d = np.float32(dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)))
+        dmin = np.float32(-dy * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)))
+        m0 = fma_f32(dmin, np.float32(m[0]), m0)
+        m1 = fma_f32(dmin, np.float32(m[1]), m1)
+        m2 = fma_f32(dmin, np.float32(m[2]), m2)
+        m3 = fma_f32(dmin, np.float32(m[3]), m3)
+        acc = ffma(splatf(d), cvt_f32(sumi), acc)
+    return hsum_float_8(acc) + np.float32(np.float32(m0 + m2) + np.float32(m1 + m3))
+
+
+@jit
+def row_dot_tiled(w, n, qs, yd, bs32, t):
+    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH)."""
+    m0f = splat8(15)
+    acc = np.float32(0.0)
+    for b in range(yd.shape[1]):
+        sumi, m = _rows_block(w, n, b, qs, bs32, t, m0f)
+        r = np.float32(np.float32(hsum32(sumi)) * f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)))
+        r = fma_f32(-f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)), np.float32(m[0] + m[1] + m[2] + m[3]), r)
+        acc = fma_f32(r, yd[t, b], acc)
+    return acc
+
+
+@pjit
+def _gemm_unpacked(w, qs, yd, bs32, out, TILED):
+    N = w.shape[0]
+    T = qs.shape[0]
+    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
+        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
+            for t in range(T):
+                if TILED:
+                    out[t, n] = row_dot_tiled(w, n, qs, yd, bs32, t)
+                else:
+                    out[t, n] = row_dot_vec_dot(w, n, qs, yd, bs32, t, kquants.GEMV_PF if T == 1 else 0)
+
+
+def _mm_unpacked(packed, a, out, llama_order=False):
+    tiled = llama_order and a.qs.shape[0] >= kquants.TILED_MIN_BATCH
+    _gemm_unpacked(packed[0], a.qs, a.d, kquants.group_sums32(a.bsums), out, tiled)
+
+
 def _pack_fast(raw, K):
     out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
-    _repack(raw, out)
-    return (out,)
+    if llama_repacks(GGMLType.Q4_K, raw.shape[0]):
+        _repack(raw, out, True)
+        return (out,)
+    _repack(raw, out, False)
+    return (out, "vec_dot")
 
 
 def _gemv_fast(packed, a, out):
+    if len(packed) > 1:
+        return _mm_unpacked(packed, a, out)
     k = kquants.prepare(a, 0)
     _gemv(packed[0], k.qp, k.d, k.bs32, out)
 
 
 def _gemm_fast(packed, a, out, sb=False):
+    if len(packed) > 1:
+        return _mm_unpacked(packed, a, out)
     if HAS_VNNI512 and a.qs.shape[0] >= V_MIN_TOKENS:
         T, K = a.qs.shape
         nb, Tp = K // QK_K, (T + 31) // 32 * 32
@@ -691,6 +779,8 @@ def _pack_raw(raw, K):
 def _gemm_llama(packed, a, out):
     """llama.cpp's batch order (ggml-cpu repack.cpp forward_mul_mat): the first T - T % 4 tokens through
     ggml_gemm_q4_K_8x8_q8_K (per-sb order), the rest through ggml_gemv_q4_K_8x8_q8_K (per-block order)."""
+    if len(packed) > 1:
+        return _mm_unpacked(packed, a, out, llama_order=True)
     T = a.qs.shape[0]
     T4 = T - T % 4
     for t0, t1, sb in ((0, T4, True), (T4, T, False)):
