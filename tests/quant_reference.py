@@ -4,10 +4,11 @@
   (ggml-cpu/arch/x86/quants.c) and generic flavour (ggml-quants.c *_ref), quantize_row_q8_K_ref;
 * `unpack_<type>`: a weight row's blocks -> integer quants and scales, vectorised numpy;
 * `vec_dot(type, w_row_bytes, act_row_bytes, flavour)`: ggml-cpu/quants.c ggml_vec_dot_<type>_<vec>_generic
-  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q6_K, and the repacked
-  Q4_K gemv's, ggml_vec_dot_f32/f16's AVX512 lanes; "x86-sb": the repacked Q4_K gemm's; "x86-tb": tinyBLAS's
-  F32/F16 order) with numpy
-  float32 scalars, one block at a time, in the C operation order.
+  (flavour "x86": the AVX2 versions' lane order and FMAs for Q4_1, Q5_1, Q5_0, Q8_0, Q3_K, Q5_K, Q6_K, the
+  repacked Q4_0/Q4_K/Q2_K gemvs', ggml_vec_dot_f32/f16's AVX512 lanes and ggml_vec_dot_bf16's AVX512_BF16
+  vdpbf16ps; "x86-vec": the AVX2 vec_dot of Q4_0/Q2_K/Q4_K, for weights llama.cpp does not repack;
+  "x86-sb": the repacked Q4_K gemm's; "x86-tb": tinyBLAS's F32/F16 order) with numpy float32 scalars, one
+  block at a time, in the C operation order.
 """
 
 from __future__ import annotations
@@ -240,7 +241,8 @@ def fma32(a, b, c) -> np.float32:
 
 # the formats whose x86 AVX2 vec_dot (ggml-cpu/arch/x86/quants.c) orders its float arithmetic differently
 X86_ORDER_TYPES = (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q4_K,
-                   GGMLType.F32, GGMLType.F16, GGMLType.Q4_0)
+                   GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q5_K,
+                   GGMLType.BF16)
 
 
 def _reduce_add16(v) -> np.float32:
@@ -325,7 +327,7 @@ def _vec_dot_x86(t, w, act) -> np.float32:
         dx, mx, qx = (unpack_q4_1 if t == GGMLType.Q4_1 else unpack_q5_1)(w)
     else:
         dy, qy = q8_blocks(act, "Q8_0")
-        dx, qx = (unpack_q5_0 if t == GGMLType.Q5_0 else unpack_q8_0)(w)
+        dx, qx = {GGMLType.Q4_0: unpack_q4_0, GGMLType.Q5_0: unpack_q5_0, GGMLType.Q8_0: unpack_q8_0}[t](w)
         mx = None
     acc = [f32(0)] * 8
     summs = f32(0)
@@ -340,10 +342,119 @@ def _vec_dot_x86(t, w, act) -> np.float32:
     return f32(r + summs) if mx is not None else r
 
 
+def _hsum8(a) -> np.float32:
+    """ggml's hsum_float_8."""
+    return f32(f32(f32(a[4] + a[0]) + f32(a[6] + a[2])) + f32(f32(a[5] + a[1]) + f32(a[7] + a[3])))
+
+
+def _kq_lanes(sc_per_elem, q, qy) -> np.ndarray:
+    """AVX2 K-quant lanes: lane l = sum over the 8 chunks of 32 elements of scale * q * y over the chunk's
+    elements 4l..4l+3 (vpmaddubsw + vpmaddwd with the chunk's scales)."""
+    return (sc_per_elem * q * qy).reshape(8, 8, 4).sum(axis=(0, 2))
+
+
+def _vec_dot_kq_vec_x86(t, w, act) -> np.float32:
+    """ggml_vec_dot_q{2,3,4,5}_K_q8_K, AVX2 (ggml-cpu/arch/x86/quants.c)."""
+    dy, qy, bsums = q8_blocks(act, "Q8_K")
+    acc = [f32(0)] * 8
+    extra = f32(0)
+    accm4 = [f32(0)] * 4
+    if t == GGMLType.Q3_K:
+        dx, sc, q = unpack_q3_k(w)
+    elif t == GGMLType.Q2_K:
+        dx, dmx, sc, mn, q = unpack_q2_k(w)
+    else:
+        dx, dmx, sc, mn, q = (unpack_q4_k if t == GGMLType.Q4_K else unpack_q5_k)(w)
+    for b in range(len(dx)):
+        d = f32(dy[b] * dx[b])
+        if t in (GGMLType.Q2_K, GGMLType.Q3_K):
+            lanes = _kq_lanes(np.repeat(sc[b], 16), q[b], qy[b])
+        else:
+            lanes = _kq_lanes(np.repeat(sc[b], 32), q[b], qy[b])
+        if t == GGMLType.Q2_K:
+            dmin = f32(-f32(dy[b] * dmx[b]))
+            mins = (mn[b] * bsums[b]).reshape(8, 2).sum(axis=1)
+            acc = [fma32(dmin, f32(mins[l]), acc[l]) for l in range(8)]
+        elif t in (GGMLType.Q4_K, GGMLType.Q5_K):
+            dmin = f32(-f32(dy[b] * dmx[b]))
+            mins = mn[b] * bsums[b].reshape(8, 2).sum(axis=1)
+            if t == GGMLType.Q5_K:
+                extra = fma32(dmin, f32(int(mins.sum())), extra)
+            else:
+                m4 = mins.reshape(4, 2).sum(axis=1)
+                accm4 = [fma32(dmin, f32(m4[l]), accm4[l]) for l in range(4)]
+        acc = [fma32(d, f32(lanes[l]), acc[l]) for l in range(8)]
+    r = _hsum8(acc)
+    if t == GGMLType.Q5_K:
+        return f32(r + extra)
+    if t == GGMLType.Q4_K:
+        return f32(r + f32(f32(accm4[0] + accm4[2]) + f32(accm4[1] + accm4[3])))
+    return r
+
+
+def _vec_dot_q2_K_repack(w, act) -> np.float32:
+    """ggml_gemv_q2_K_8x8_q8_K (Q2_K weights an AVX-512 llama.cpp repacks): acc = fma(I, dx*dy, acc),
+    accm = fma(M, dminx*dy, accm) per super-block with I = sum_s sc_s * q.y, M = sum_s min_s * bsums_s."""
+    dy, qy, bsums = q8_blocks(act, "Q8_K")
+    dx, dmx, sc, mn, q = unpack_q2_k(w)
+    acc = f32(0)
+    accm = f32(0)
+    for b in range(len(dx)):
+        isum = int((sc[b] * (q[b] * qy[b]).reshape(16, 16).sum(axis=1)).sum())
+        acc = fma32(f32(isum), f32(dx[b] * dy[b]), acc)
+        accm = fma32(f32(int((mn[b] * bsums[b]).sum())), f32(dmx[b] * dy[b]), accm)
+    return f32(acc - accm)
+
+
+def _bf16_daz(v) -> np.float32:
+    return f32(0) if (int(f32(v).view(np.uint32)) & 0x7F800000) == 0 else f32(v)
+
+
+def _dpbf16(acc, a, b):
+    """vdpbf16ps on one 32-element step: lane l += a[2l+1]*b[2l+1], then += a[2l]*b[2l] (FMA, RNE, inputs DAZ,
+    results FTZ)."""
+    out = []
+    for l in range(16):
+        r = acc[l]
+        for i in (2 * l + 1, 2 * l):
+            r = fma32(_bf16_daz(a[i]), _bf16_daz(b[i]), r)
+            if abs(float(r)) < 1.1754943508222875e-38:
+                r = f32(0.0) * r
+        out.append(r)
+    return out
+
+
+def _vec_dot_bf16_x86(wv, y) -> np.float32:
+    """ggml_vec_dot_bf16 with AVX512_BF16: two vdpbf16ps accumulators over 64-element steps, each reduced with
+    _mm512_reduce_add_ps and added in double, leftovers in double."""
+    K = len(wv)
+    npart = K & ~63
+    c1 = [f32(0)] * 16
+    c2 = [f32(0)] * 16
+    for i in range(0, npart, 64):
+        c1 = _dpbf16(c1, wv[i:i + 32], y[i:i + 32])
+        c2 = _dpbf16(c2, wv[i + 32:i + 64], y[i + 32:i + 64])
+    s = float(_reduce_add16(c1)) + float(_reduce_add16(c2))
+    for i in range(npart, K):
+        s += float(f32(wv[i] * y[i]))
+    return f32(s)
+
+
 def vec_dot(ggml_type: int, w: np.ndarray, act: np.ndarray, flavour: str = "generic") -> np.float32:
     """One weight row (raw bytes) . one activation row (block bytes of the vec_dot_type, or float32 values
     for F32/F16/BF16), generic ggml order; flavour "x86" gives the AVX2 order for X86_ORDER_TYPES."""
     t = GGMLType(ggml_type)
+    if flavour == "x86" and t == GGMLType.BF16:
+        wv = (w.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return _vec_dot_bf16_x86(wv, np.asarray(act, np.float32))
+    if flavour == "x86-vec" and t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K):
+        return _vec_dot_kq_vec_x86(t, w, act)
+    if flavour == "x86-vec" and t == GGMLType.Q4_0:
+        return _vec_dot_x86(t, w, act)
+    if flavour == "x86" and t == GGMLType.Q2_K:
+        return _vec_dot_q2_K_repack(w, act)
+    if flavour == "x86" and t in (GGMLType.Q3_K, GGMLType.Q5_K):
+        return _vec_dot_kq_vec_x86(t, w, act)
     if flavour in ("x86", "x86-tb") and t in (GGMLType.F32, GGMLType.F16):
         wv = w.view(np.float32) if t == GGMLType.F32 else w.view(np.float16).astype(np.float32)
         return _vec_dot_float_x86(t, wv, np.asarray(act, np.float32), flavour == "x86-tb")
@@ -472,7 +583,12 @@ def act_values(ggml_type: int, x: np.ndarray) -> np.ndarray:
 
 
 def matmul(ggml_type: int, w_rows: np.ndarray, x: np.ndarray, flavour: str = "generic") -> np.ndarray:
-    """w_rows (N, row_bytes), x (T, K) -> (T, N) float32, one reference vec_dot per output."""
+    """w_rows (N, row_bytes), x (T, K) -> (T, N) float32, one reference vec_dot per output. flavour "x86": as
+    x86 llama.cpp computes one token, which for Q4_0/Q4_K/Q2_K depends on whether it repacks the weight (row
+    count a multiple of 8): the repacked gemv's order, else the AVX2 vec_dot's ("x86-vec")."""
+    if flavour == "x86" and GGMLType(ggml_type) in (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q2_K) \
+            and w_rows.shape[0] % 8:
+        flavour = "x86-vec"
     out = np.empty((x.shape[0], w_rows.shape[0]), np.float32)
     for t in range(x.shape[0]):
         a = quantize_act_row(ggml_type, x[t])
