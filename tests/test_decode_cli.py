@@ -128,8 +128,9 @@ def test_stdout_is_llama_completions_byte_for_byte():
     rec = json.loads((FIXTURES / "real" / "completion" / "SmolLM2-135M-Instruct.Q4_1__p1_plain__greedy.json").read_text())
     args = list(rec["args"])
     args[args.index("-m") + 1] = str(real_model_path(args[args.index("-m") + 1]))
+    args[args.index("-f") + 1] = str(FIXTURES / args[args.index("-f") + 1])  # paths relative to the fixtures
     r = subprocess.run([sys.executable, "-m", "synapse_cli", "decode", *args, "--llama-batch-order"],
-                       capture_output=True, cwd=FIXTURES)
+                       capture_output=True)
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == rec["stdout"].encode()
 
