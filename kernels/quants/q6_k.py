@@ -306,28 +306,32 @@ def _gemm_z(w, yB, bB, yd, out):
                     out[t, n] = hsum_float_8(load8xf32(acc, so))
 
 
-@jit
-def row_dot_tiled(w, n, qs, bsums, yd, t):
-    """Row n . token t in llama.cpp's tiled order (kquants.TILED_MIN_BATCH): s1 = the lanes' integer total."""
-    m0f = splat8(15)
-    m03 = splat8(3)
-    acc = np.float32(0.0)
-    for b in range(yd.shape[1]):
-        q, sc, nsc32 = _decode(w, n, b, m0f, m03)
-        s1 = hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))
-        r = np.float32(np.float32(s1) * f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208)))
-        acc = fma_f32(r, yd[t, b], acc)
-    return acc
-
-
 @pjit
 def _gemm_tiled(w, qs, bsums, yd, out):
+    """llama.cpp's tiled order (kquants.TILED_MIN_BATCH) in _gemm's tiles: per (row, token) and super-block the
+    lanes' integer total s1, then acc = fma((float)s1 * x.d, y.d, acc)."""
     N = w.shape[0]
     T = qs.shape[0]
-    for g in prange((N + ROW_TILE - 1) // ROW_TILE):
-        for n in range(g * ROW_TILE, min(N, g * ROW_TILE + ROW_TILE)):
-            for t in range(T):
-                out[t, n] = row_dot_tiled(w, n, qs, bsums, yd, t)
+    nb = yd.shape[1]
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    for tile in prange(((N + ROW_TILE - 1) // ROW_TILE) * n_tt):
+        r0 = (tile // n_tt) * ROW_TILE
+        r1 = min(N, r0 + ROW_TILE)
+        t0 = (tile % n_tt) * TOK_TILE
+        t1 = min(T, t0 + TOK_TILE)
+        acc = np.zeros((ROW_TILE, TOK_TILE), np.float32)
+        m0f = splat8(15)
+        m03 = splat8(3)
+        for b in range(nb):
+            for n in range(r0, r1):
+                q, sc, nsc32 = _decode(w, n, b, m0f, m03)
+                dx = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
+                for t in range(t0, t1):
+                    r = np.float32(np.float32(hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))) * dx)
+                    acc[n - r0, t - t0] = fma_f32(r, yd[t, b], acc[n - r0, t - t0])
+        for n in range(r0, r1):
+            for t in range(t0, t1):
+                out[t, n] = acc[n - r0, t - t0]
 
 
 def _mm_llama(packed, a, out):
