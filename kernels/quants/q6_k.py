@@ -188,10 +188,11 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qs, bsums, yd, out):
+def _gemm(w, qs, bsums, yd, out, TILED=False):
     """AVX2: ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens,
     whose 8 float accumulators per (row, token) live in `acc`; per (row, token) the float sequence of
-    row_dot_x86."""
+    row_dot_x86. TILED: llama.cpp's tiled order (kquants.TILED_MIN_BATCH) instead, one accumulator (lane 0)
+    per (row, token): acc = fma((float)s1 * x.d, y.d, acc) with s1 the lanes' integer total."""
     N = w.shape[0]
     T = qs.shape[0]
     nb = yd.shape[1]
@@ -209,13 +210,20 @@ def _gemm(w, qs, bsums, yd, out):
                 q, sc, nsc32 = _decode(w, n, b, m0f, m03)
                 dx = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
                 for t in range(t0, t1):
+                    if TILED:
+                        r = np.float32(np.float32(hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))) * dx)
+                        acc[n - r0, t - t0, 0] = fma_f32(r, yd[t, b], acc[n - r0, t - t0, 0])
+                        continue
                     so = 32 * ((n - r0) * TOK_TILE + t - t0)
                     d = np.float32(yd[t, b] * dx)
                     v = cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b))
                     store8xf32(acc, so, ffma(splatf(d), v, load8xf32(acc, so)))
         for n in range(r0, r1):
             for t in range(t0, t1):
-                out[t, n] = hsum_float_8(load8xf32(acc, 32 * ((n - r0) * TOK_TILE + t - t0)))
+                if TILED:
+                    out[t, n] = acc[n - r0, t - t0, 0]
+                else:
+                    out[t, n] = hsum_float_8(load8xf32(acc, 32 * ((n - r0) * TOK_TILE + t - t0)))
 
 
 Z_TOK_TILE = 64  # 32 KB of accumulators; 32 and 48 measured slower, 128 too
@@ -306,37 +314,9 @@ def _gemm_z(w, yB, bB, yd, out):
                     out[t, n] = hsum_float_8(load8xf32(acc, so))
 
 
-@pjit
-def _gemm_tiled(w, qs, bsums, yd, out):
-    """llama.cpp's tiled order (kquants.TILED_MIN_BATCH) in _gemm's tiles: per (row, token) and super-block the
-    lanes' integer total s1, then acc = fma((float)s1 * x.d, y.d, acc)."""
-    N = w.shape[0]
-    T = qs.shape[0]
-    nb = yd.shape[1]
-    n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for tile in prange(((N + ROW_TILE - 1) // ROW_TILE) * n_tt):
-        r0 = (tile // n_tt) * ROW_TILE
-        r1 = min(N, r0 + ROW_TILE)
-        t0 = (tile % n_tt) * TOK_TILE
-        t1 = min(T, t0 + TOK_TILE)
-        acc = np.zeros((ROW_TILE, TOK_TILE), np.float32)
-        m0f = splat8(15)
-        m03 = splat8(3)
-        for b in range(nb):
-            for n in range(r0, r1):
-                q, sc, nsc32 = _decode(w, n, b, m0f, m03)
-                dx = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
-                for t in range(t0, t1):
-                    r = np.float32(np.float32(hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))) * dx)
-                    acc[n - r0, t - t0] = fma_f32(r, yd[t, b], acc[n - r0, t - t0])
-        for n in range(r0, r1):
-            for t in range(t0, t1):
-                out[t, n] = acc[n - r0, t - t0]
-
-
 def _mm_llama(packed, a, out):
     if a.qs.shape[0] >= kquants.TILED_MIN_BATCH:
-        _gemm_tiled(packed[0], a.qs, a.bsums, a.d, out)
+        _gemm(packed[0], a.qs, a.bsums, a.d, out, True)
     else:
         _mm_fast(packed, a, out)
 
