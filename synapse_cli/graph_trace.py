@@ -111,6 +111,41 @@ class GraphTrace:
         self.node(f"kqv-{il} (permuted)", "PERMUTE", kqvp, [(f"kqv-{il}", ne_of(kqv))])
         self.node(f"kqv_out-{il}", "CONT", kqv_out, [(f"kqv-{il} (permuted)", ne_of(kqvp))])
 
+    def attention_fa(self, il, q_name, q, k_roped, v3, k_all, v_all, k_view, v_view, k16, v16, kqv_out):
+        """The cache stores and the FLASH_ATTN_EXT node of build_attn_mha with flash attention (V not
+        transposed; an F32 cache's K and V views are cast to F16 by CPY nodes first).
+
+        k_all, v_all: (n_ctx, n_embd_kv) whole caches as float32; k_view, v_view: (n_kv, Hkv, D) cells;
+        k16, v16: the same as F16 values (float32); q: (T, H, D); kqv_out: (T, H*D)."""
+        T, c = self.T, self.ctype
+        nk = k_roped.shape[1] * k_roped.shape[2]
+        kv = k_roped.reshape(T, nk)
+        self.node(f"Kcur-{il} (view)", "VIEW", kv, [(f"Kcur-{il}", ne_of(k_roped))])
+        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_all, [(f"Kcur-{il} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))], c)
+        vv = v3.reshape(T, nk)
+        self.node(f"Vcur-{il} (view)", "VIEW", vv, [(f"Vcur-{il}", ne_of(v3))])
+        self.node(f"cache_v_l{il} (view)", "SET_ROWS", v_all, [(f"Vcur-{il} (view)", ne_of(vv)), ("attn_inp_v_idxs", (T, 1, 1, 1))], c)
+        self.node(f"{q_name} (view)", "VIEW", q, [(q_name, ne_of(q))])
+        qp = q.transpose(1, 0, 2)  # ne {D, T, H}
+        self.node(f"{q_name} (view) (permuted)", "PERMUTE", qp, [(f"{q_name} (view)", ne_of(q))])
+        kv_src = None
+        for name, view, view16 in (("k", k_view, k16), ("v", v_view, v16)):
+            base = f"cache_{name}_l{il}"
+            self.node(f"{base} (view)", "VIEW", view, [(base, (nk, self.n_ctx, 1, 1))], c)
+            perm = view.transpose(1, 0, 2)  # ne {D, n_kv, Hkv}
+            self.node(f"{base} (view) (permuted)", "PERMUTE", perm, [(f"{base} (view)", ne_of(view))], c)
+            src = f"{base} (view) (permuted)"
+            if c != "f16":
+                cp = view16.transpose(1, 0, 2)
+                self.node(f"{src} (copy)", "CPY", cp, [(src, ne_of(perm)), (f"{src} (copy)", ne_of(perm))], "f16")
+                src = f"{src} (copy)"
+            if name == "k":
+                kv_src = (src, ne_of(perm))
+        H, D = q.shape[1], q.shape[2]
+        fa = kqv_out.reshape(T, H, D)  # ne {D, H, T}
+        fa_name = self.node(None, "FLASH_ATTN_EXT", fa, [(f"{q_name} (view) (permuted)", ne_of(qp)), kv_src])
+        self.node(f"kqv_out-{il}", "RESHAPE", kqv_out, [(fa_name, ne_of(fa))])
+
     def attn_out(self, il, out, weight_name, n_in) -> str:
         # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
         name = None if self.arch == "qwen2" else f"attn_out-{il}"

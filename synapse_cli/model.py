@@ -193,7 +193,7 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
-                 batch_invariant: bool = True):
+                 batch_invariant: bool = True, flash_attn: bool = False):
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
@@ -214,6 +214,11 @@ class Context:
         # single-token orders always: prefill in any split equals token-by-token decoding bit for bit.
         # batch_invariant=False follows llama.cpp's choices (eval-callback uses it to line up with logs).
         self.batch_invariant = batch_invariant
+        # flash attention: llama.cpp's FLASH_ATTN_EXT graph (kernels/flash_attn.py), whose V cache is not
+        # transposed; off: the soft_max graph (kernels/attention.py)
+        self.flash_attn = flash_attn
+        if flash_attn and hp.n_embd_head % 64:
+            raise ModelError(f"flash attention: head size {hp.n_embd_head} is not a multiple of 64 (not supported yet)")
         if n_threads is not None:
             from kernels.config import set_num_threads
 
@@ -224,7 +229,10 @@ class Context:
         for _ in range(hp.n_layer):
             # layouts of llama.cpp's buffers (kernels/attention.py); np.zeros: unwritten cells read as 0
             self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
-            self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
+            if flash_attn:
+                self.v_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
+            else:
+                self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self.t_prompt_ms = 0.0
@@ -245,7 +253,10 @@ class Context:
         n = self.n_past  # only cells 0..n_past-1 were written: the rest are still zero (and untouched pages)
         for k, v in zip(self.k_cache, self.v_cache):
             k[:n] = 0
-            v[:, :, :n] = 0
+            if self.flash_attn:
+                v[:n] = 0
+            else:
+                v[:, :, :n] = 0
         self.n_past = 0
 
     # --- llama_decode -------------------------------------------------------------------------
@@ -283,7 +294,8 @@ class Context:
         layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only).
         """
         from kernels.activations import swiglu
-        from kernels.attention import attention, kv_store
+        from kernels.attention import attention, kv_store, kv_store_fa
+        from kernels.flash_attn import flash_attn_ext
         from kernels.matmul import matmul, matmul_many
         from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
         from kernels.rope import rope_qk, rope_yarn_corr_dims
@@ -349,11 +361,17 @@ class Context:
                 if temp is not None:
                     q_r *= temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale)
             v3 = v.reshape(T, Hkv, D)
-            if g:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS has written this batch
+            if g and not self.flash_attn:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS writes
                 g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
-            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
-            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
-                      hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
+            if self.flash_attn:
+                kv_store_fa(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+                k16, v16 = self._fa_operands(il, n_kv)
+                kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
+                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out)
+            else:
+                kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+                          hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
             matmul(L.attn_output, kqv_out, attn_out, lo)
             if g:
                 self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
@@ -468,12 +486,29 @@ class Context:
             bias_name = W.name.replace(".weight", ".bias")
             g.qkv_proj(il, which, raw, out if b is not None else None, W.name, bias_name, shaped, r_shown, temp_scaled)
 
+    def _fa_operands(self, il: int, n_kv: int):
+        """FLASH_ATTN_EXT's K and V operands: the first n_kv cells as F16 bits (an F32 cache is cast to F16
+        first, the graph's CPY nodes)."""
+        k, v = self.k_cache[il][:n_kv], self.v_cache[il][:n_kv]
+        if k.dtype == np.uint16:
+            return k, v
+        return k.astype(np.float16).view(np.uint16), v.astype(np.float16).view(np.uint16)
+
     def _attention_traced(self, g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out):
         hp, T = self.hp, q_r.shape[0]
         H, D = hp.n_head, hp.n_embd_head
+        q_name = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + f"-{il}"
+        if self.flash_attn:
+            k, v = self.k_cache[il], self.v_cache[il]
+            if k.dtype == np.uint16:
+                k, v = k.view(np.float16).astype(np.float32), v.view(np.float16).astype(np.float32)
+            k16, v16 = self._fa_operands(il, n_kv)
+            g.attention_fa(il, q_name, q_r, k_r, v3, k.reshape(self.n_ctx, -1), v.reshape(self.n_ctx, -1),
+                           k[:n_kv], v[:n_kv], k16.view(np.float16).astype(np.float32),
+                           v16.view(np.float16).astype(np.float32), kqv_out)
+            return
         k_all, v_flat, k_view, v_view = self._cache_views(il, n_kv)
         g.kv_store(il, k_r, v3, k_all, v_flat)
-        q_name = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + f"-{il}"
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
         g.attention(il, q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out)
 

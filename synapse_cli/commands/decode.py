@@ -15,7 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
-from .llama_flags import check_flash_attn, flash_attn_option
+from .llama_flags import flash_attn_option, resolve_flash_attn
 
 
 def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
@@ -97,7 +97,6 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
             no_conversation, json_output):
     """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
-    check_flash_attn(flash_attn)
     if temp != 0.0:
         raise SynapseError(f"--temp {temp}: only --temp 0 (greedy) is implemented; other samplers are not yet")
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
@@ -115,7 +114,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
-                        batch_invariant=not llama_batch_order)
+                        batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn))
     tok = sess.tokenizer
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     result = Generation(list(prompt_ids))

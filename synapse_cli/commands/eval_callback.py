@@ -21,7 +21,7 @@ import click
 
 from .. import evalcb
 from ..errors import SynapseError
-from .llama_flags import check_flash_attn, flash_attn_option
+from .llama_flags import flash_attn_option, resolve_flash_attn
 
 CACHE_TYPES = ["f16", "f32"]
 
@@ -51,7 +51,7 @@ def _run_options(f):
     return f
 
 
-def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder):
+def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn):
     return evalcb.run_live(
         model,
         prompt,
@@ -62,6 +62,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
         hook=recorder,
+        flash_attn=resolve_flash_attn(flash_attn),
     )
 
 
@@ -94,7 +95,6 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
     """
     if ctx.invoked_subcommand is not None:
         return
-    check_flash_attn(flash_attn)
     if model is None:
         raise click.UsageError("missing -m/--model (or use the 'diff' subcommand)")
     if prompt_file is not None:
@@ -104,7 +104,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
     if prompt is None:
         raise click.UsageError("missing -p/--prompt")
     recorder = evalcb.TraceRecorder(tensor_filter=evalcb.compile_tensor_filter(tensor_filter), dump_dir=dump_dir)
-    tokens = _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder)
+    tokens = _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
     if not tokens:
         raise SynapseError("there are no input tokens to process (try to provide a prompt with '-p')")
     err = sys.stderr  # llama-eval-callback logs the tokens with LOG_INF (stderr), the tensors with LOG (stdout)
@@ -159,10 +159,9 @@ def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_typ
             raise click.UsageError("give two traces A and B (or --model M --prompt P and one trace)")
     try:
         if model is not None:
-            check_flash_attn(flash_attn)
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
-            _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder)
+            _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
             a = recorder.records
             label_a, label_b = f"synapse {model.name}", str(traces[0])
         else:
