@@ -31,14 +31,16 @@ from synapse_cli.evalcb import TraceRecorder, diff_traces, load_trace
 TINY_LOGS = sorted((FIXTURES / "tiny" / "evalcb").glob("*.log"))
 REAL_LOGS = sorted((FIXTURES / "real" / "evalcb").glob("*.log"))  # the 1.5B's is skipped unless fetched
 LONG_LOGS = sorted((FIXTURES / "real" / "evalcb-long").glob("*.log"))  # Qwen2.5, 13 and 35 tokens
+FA_TINY_LOGS = sorted((FIXTURES / "tiny" / "evalcb-fa").glob("*.log"))  # llama.cpp's default -fa (auto: on)
+FA_REAL_LOGS = sorted((FIXTURES / "real" / "evalcb-fa").glob("*.log"))
 
 FIRST_PROJECTIONS = ("Qcur-0", "Kcur-0", "Vcur-0")
 
 
-def _trace(model: Path, prompt: str, cache: str):
+def _trace(model: Path, prompt: str, cache: str, flash_attn: bool = False):
     rec = TraceRecorder()
     evalcb.run_live(model, prompt, threads=2, ctx_size=4096, batch=2048, ubatch=512,
-                    cache_type_k=cache, cache_type_v=cache, hook=rec)
+                    cache_type_k=cache, cache_type_v=cache, hook=rec, flash_attn=flash_attn)
     return rec.records
 
 
@@ -109,3 +111,19 @@ def test_cli_diff_live_smollm2_clean_verdict():
                                  str(FIXTURES / "real" / "evalcb" / f"{name}__pub.log")])
     assert r.exit_code == 0, r.output[-2000:]
     assert "no divergence; 876 of 876 tensors within 1e-4" in r.output
+
+
+@pytest.mark.parametrize("log", FA_TINY_LOGS, ids=lambda p: p.stem)
+def test_tiny_flash_attention_trace_matches_llama_eval_callback(log):
+    """llama-eval-callback with its default -fa (enabled on CPU): the FLASH_ATTN_EXT graph (V cache not
+    transposed; with an F32 cache the K/V views cast to F16 by CPY nodes) and its values."""
+    stem = log.name.split("__")[0]
+    cache = "f32" if "kvf32" in log.name else "f16"
+    _check(_trace(FIXTURES / "tiny" / "models" / f"{stem}.gguf", "Hello world, the quick brown fox", cache, True), log)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("log", FA_REAL_LOGS, ids=lambda p: p.stem)
+def test_real_flash_attention_trace_matches_llama_eval_callback(log):
+    model = real_model_path(log.name.split("__")[0] + ".gguf")
+    _check(_trace(model, "The capital of France is", "f16", True), log)
