@@ -16,8 +16,20 @@ fewer than `ggml_fa_tile_config::Q` (64) query rows whose KV view holds fewer th
     out = float(VKQ) * (S == 0 ? 0 : 1/S)                ggml_vec_scale_f32
 
 Every row is independent of the others and of the thread count, so a prompt in any batch split equals
-token-by-token decoding. Not ported yet: the tiled path (batches of >= 64 rows) and the split-KV path (one
-token, >= 512 cells, chunked by thread count) that llama.cpp takes beyond those sizes.
+token-by-token decoding: the default (batch-invariant) mode runs this path for every row.
+
+llama.cpp's batch order (`flash_attn_ext(..., llama_order=True)`) also takes ggml's two other paths:
+- tiled (`ggml_compute_forward_flash_attn_ext_tiled`), batches of >= FA_TILE_Q query rows: Q stays F32; per KV
+  tile of 64 cells, kq[j] = fma chain over the head dimension of K[j]·Q (simd_gemm), * scale, + mask; the
+  tile's maximum; on a new maximum M: ms = expf(M_old - M), VKQ *= ms, S *= ms; S += (double) the sum of
+  ggml_vec_soft_max_f32 over the tile (AVX512 expf, 16-lane sums in double); VKQ[d] = fma chain over the tile
+  of V[j][d] * p[j] (F32 accumulator); out = VKQ * (1/S). Each row's result is independent of which rows
+  share its tile.
+- split-KV (one query row, KV views of >= FA_SPLIT_KV_MIN cells): the cells are cut into n_threads chunks of
+  ceil(n_kv / n_threads); each chunk runs the one-row kernel without the final division (M, S, float(VKQ));
+  ggml_flash_attn_ext_reduce_partials combines them in chunk order: M' = max, a = expf(M - M'), b = expf(M_c
+  - M'), VKQ = fma(VKQ, a, VKQ_c * b), S = fma(S, a, S_c * b) (GCC's contraction, read off its code). The
+  result depends on the thread count, as llama.cpp's does.
 """
 
 from __future__ import annotations
@@ -29,17 +41,19 @@ import math
 import numpy as np
 from numba import prange
 
+from kernels.activations import row_max, vec_soft_max
 from kernels.attention import _dot_lanes
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.quants.floats import _reduce_add16
 
 FA_TILE_Q = 64  # ggml_fa_tile_config::Q: batches with this many query rows take ggml's tiled kernel
+FA_TILE_KV = 64  # ggml_fa_tile_config::KV: cells per tile of that kernel
 FA_SPLIT_KV_MIN = 512  # one query row over a KV view of this many cells takes ggml's split-KV kernel
 
 
 @jit
-def _row(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, qq, vkq, out):
-    """One query row: q (T, H, D) f32, k16 / v16 (n_kv, Hkv, D) F16 bits, out (T, H*D)."""
+def _row_chunk(q, k16, v16, kv_pos, qp, scale, t, h, g, c0, c1, qq, vkq, vkq32):
+    """ggml's one-row kernel over cells c0..c1-1: returns (M, S) and leaves float(VKQ) in vkq32 (D,)."""
     D = q.shape[2]
     Hkv = k16.shape[1]
     for d in range(D):
@@ -47,7 +61,7 @@ def _row(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, qq, vkq, out):
         vkq[d] = 0
     S = np.float32(0.0)
     M = np.float32(-np.inf)
-    for c in range(n_kv):
+    for c in range(c0, c1):
         p = kv_pos[c]
         if p < 0 or p > qp:  # masked: -inf, skipped
             continue
@@ -66,21 +80,121 @@ def _row(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, qq, vkq, out):
         for d in range(D):
             vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
         S = fma_f32(S, ms, vs)
+    for d in range(D):
+        vkq32[d] = f16_bits_to_f32_hw(vkq[d])
+    return M, S
+
+
+@jit
+def _row_split(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, n_chunks, qq, vkq, vkq32, acc):
+    """The split-KV kernel for one query row: n_chunks chunks, partials reduced in chunk order into acc (D,)."""
+    D = q.shape[2]
+    chunk = (n_kv + n_chunks - 1) // n_chunks
+    acc[:] = 0
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for ci in range(n_chunks):
+        c0 = ci * chunk
+        if c0 >= n_kv:
+            continue
+        Mc, Sc = _row_chunk(q, k16, v16, kv_pos, qp, scale, t, h, g, c0, min(c0 + chunk, n_kv), qq, vkq, vkq32)
+        if Sc == 0.0:
+            continue
+        m_new = max(M, Mc)
+        a = np.float32(math.exp(np.float32(M - m_new)))
+        b = np.float32(math.exp(np.float32(Mc - m_new)))
+        for d in range(D):
+            acc[d] = fma_f32(acc[d], a, np.float32(vkq32[d] * b))
+        S = fma_f32(S, a, np.float32(Sc * b))
+        M = m_new
+    return S
+
+
+@jit
+def _row_tiled(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, kq, acc):
+    """ggml's tiled kernel for one query row (module docstring); returns S, leaves VKQ in acc (D,)."""
+    D = q.shape[2]
+    acc[:] = 0
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for c0 in range(0, n_kv, FA_TILE_KV):
+        n = min(FA_TILE_KV, n_kv - c0)
+        for j in range(FA_TILE_KV):
+            if j >= n:
+                kq[j] = -np.inf
+                continue
+            a = np.float32(0.0)
+            for d in range(D):
+                a = fma_f32(f16_bits_to_f32_hw(k16[c0 + j, g, d]), q[t, h, d], a)
+            p = kv_pos[c0 + j]
+            kq[j] = np.float32(a * scale) if 0 <= p <= qp else -np.inf
+        tile_max = row_max(kq, FA_TILE_KV)
+        if tile_max == -np.inf:
+            continue
+        m_new = max(M, tile_max)
+        if m_new > M:
+            ms = np.float32(math.exp(np.float32(M - m_new)))
+            for d in range(D):
+                acc[d] = np.float32(acc[d] * ms)
+            S = np.float32(S * ms)
+        M = m_new
+        S = np.float32(np.float64(S) + vec_soft_max(FA_TILE_KV, kq, kq, M, True))
+        for d in range(D):
+            a = acc[d]
+            for j in range(n):
+                a = fma_f32(f16_bits_to_f32_hw(v16[c0 + j, g, d]), kq[j], a)
+            acc[d] = a
+    return S
+
+
+@jit
+def _write(out, t, h, acc, S):
+    D = acc.shape[0]
     s_inv = np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
     for d in range(D):
-        out[t, h * D + d] = np.float32(f16_bits_to_f32_hw(vkq[d]) * s_inv)
+        out[t, h * D + d] = np.float32(acc[d] * s_inv)
+
+
+PATH_ONE_ROW, PATH_TILED, PATH_SPLIT_KV = 0, 1, 2
+
+
+def fa_path(T: int, n_kv: int, llama_order: bool) -> int:
+    """Which of ggml's kernels a batch of T query rows over n_kv cells takes (one row each by default)."""
+    if not llama_order:
+        return PATH_ONE_ROW
+    if T >= FA_TILE_Q:
+        return PATH_TILED
+    if T == 1 and n_kv >= FA_SPLIT_KV_MIN:
+        return PATH_SPLIT_KV
+    return PATH_ONE_ROW
 
 
 @pjit
-def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out):
-    """out (T, H*D) = FLASH_ATTN_EXT of q (T, H, D) f32 over the first n_kv cells of k16 / v16 (n_ctx, Hkv, D)
-    F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; head_dim
-    a multiple of 64 (ggml_vec_dot_f16's 4 x 16 lanes)."""
+def _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, path, n_chunks):
     T, H, D = q.shape
     r = H // k16.shape[1]
     for item in prange(T * H):
         t = item // H
         h = item % H
+        g = h // r
         qq = np.empty(D, np.float32)
         vkq = np.empty(D, np.uint16)
-        _row(q, k16, v16, n_kv, kv_pos, q_pos[t], np.float32(scale), t, h, h // r, qq, vkq, out)
+        acc = np.empty(D, np.float32)
+        if path == PATH_TILED:
+            kq = np.empty(FA_TILE_KV, np.float32)
+            S = _row_tiled(q, k16, v16, n_kv, kv_pos, q_pos[t], scale, t, h, g, kq, acc)
+        elif path == PATH_SPLIT_KV:
+            vkq32 = np.empty(D, np.float32)
+            S = _row_split(q, k16, v16, n_kv, kv_pos, q_pos[t], scale, t, h, g, n_chunks, qq, vkq, vkq32, acc)
+        else:
+            M, S = _row_chunk(q, k16, v16, kv_pos, q_pos[t], scale, t, h, g, 0, n_kv, qq, vkq, acc)
+        _write(out, t, h, acc, S)
+
+
+def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, llama_order=False, n_threads=1):
+    """out (T, H*D) = FLASH_ATTN_EXT of q (T, H, D) f32 over the first n_kv cells of k16 / v16 (n_ctx, Hkv, D)
+    F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; head_dim
+    a multiple of 64 (ggml_vec_dot_f16's 4 x 16 lanes). llama_order: the kernel llama.cpp takes for this batch
+    (its split-KV kernel cuts the cells into n_threads chunks); otherwise the one-row kernel for every row."""
+    path = fa_path(q.shape[0], n_kv, llama_order)
+    _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(scale), out, path, max(1, int(n_threads)))

@@ -295,6 +295,7 @@ class Context:
         """
         from kernels.activations import swiglu
         from kernels.attention import attention, kv_store, kv_store_fa
+        from kernels.config import work_chunks
         from kernels.flash_attn import flash_attn_ext
         from kernels.matmul import matmul, matmul_many
         from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
@@ -367,7 +368,8 @@ class Context:
                 kv_store_fa(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
                 k16, v16 = self._fa_operands(il, n_kv)
                 kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
-                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out)
+                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
+                               work_chunks())
             else:
                 kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
                 attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,

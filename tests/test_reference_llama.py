@@ -98,15 +98,29 @@ def _synapse(*args: str) -> subprocess.CompletedProcess:
 EVALCB = sorted((REF / "evalcb").glob("*.log"))
 
 
+def _log_args(stem: str) -> list[str]:
+    """The prompt and flags a reference log was made with (tests/reference/README.md)."""
+    if "__license400" in stem:
+        prompt = (REF / "prompts" / "license400.txt").read_text().removesuffix("\n")
+    else:
+        prompt = PROMPT
+    args = ["--prompt", prompt]
+    if stem.endswith("__ub8"):
+        args += ["-ub", "8"]
+    if stem.endswith("__fa"):
+        args += ["-fa", "on"]
+    return args
+
+
 @pytest.mark.parametrize("log", EVALCB, ids=lambda p: p.stem)
 def test_requantized_tiny_trace_diff_is_clean(log):
-    """`synapse eval-callback diff --model M --prompt P LOG` against llama-eval-callback -fa off of the same
-    tiny model re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0); `__ub8` logs ran
-    with -ub 8, i.e. four micro-batches, the first three without outputs."""
+    """`synapse eval-callback diff --model M --prompt P LOG` against llama-eval-callback of the same tiny model
+    re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
+    micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
+    flash-attention kernel (made with -fa off otherwise)."""
     stem = log.stem.split("__")[0]
-    ub = ["-ub", "8"] if log.stem.endswith("__ub8") else []
-    r = _synapse("eval-callback", "diff", "--model", str(REF / "models" / f"{stem}.gguf"), "--prompt", PROMPT,
-                 "-t", "2", "--occurrence", "all", *ub, str(log))
+    r = _synapse("eval-callback", "diff", "--model", str(REF / "models" / f"{stem}.gguf"), *_log_args(log.stem),
+                 "-t", "2", "--occurrence", "all", str(log))
     verdict = r.stdout.decode().strip().splitlines()[-1]
     assert r.returncode == 0 and verdict.startswith("no divergence"), verdict
 
@@ -117,10 +131,17 @@ COMPLETION = sorted((REF / "completion").glob("*.txt"))
 @pytest.mark.parametrize("ref", COMPLETION, ids=lambda p: p.stem)
 def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
     """`synapse decode ARGS --llama-batch-order` prints llama-completion ARGS's stdout byte for byte (ARGS as
-    in tests/reference/README.md; `__ub8_b16`: -ub 8 -b 16)."""
+    in tests/reference/README.md; `__ub8_b16`: -ub 8 -b 16; `__license2400__greedy__fa__tN`: a 600-token prompt
+    file, -fa on, N threads, so that generation runs ggml's split-KV flash-attention kernel)."""
     stem = ref.stem.split("__")[0]
-    extra = ["-ub", "8", "-b", "16"] if ref.stem.endswith("__ub8_b16") else []
-    r = _synapse("decode", "-m", str(REF / "models" / f"{stem}.gguf"), "-p", PROMPT, "-n", "32", "--temp", "0",
-                 "-fa", "off", "-no-cnv", "-t", "2", "-c", "4096", *extra, "--llama-batch-order")
+    if "__license2400" in ref.stem:
+        threads = ref.stem.rsplit("__t", 1)[1]
+        args = ["-f", str(REF / "prompts" / "license2400.txt"), "-n", "24", "-fa", "on", "-t", threads]
+    else:
+        args = ["-p", PROMPT, "-n", "32", "-fa", "off", "-t", "2"]
+        if ref.stem.endswith("__ub8_b16"):
+            args += ["-ub", "8", "-b", "16"]
+    r = _synapse("decode", "-m", str(REF / "models" / f"{stem}.gguf"), *args, "--temp", "0", "-no-cnv",
+                 "-c", "4096", "--llama-batch-order")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == ref.read_bytes()

@@ -1,0 +1,60 @@
+"""kernels.flash_attn: the three paths of ggml's CPU flash attention against each other (the one-row kernel is
+checked against llama.cpp's own logs in test_evalcb_live.py, the others against a llama.cpp built here in
+test_reference_llama.py within rounding)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.flash_attn import FA_SPLIT_KV_MIN, FA_TILE_Q, PATH_ONE_ROW, PATH_SPLIT_KV, PATH_TILED, fa_path, flash_attn_ext
+
+
+def _case(T, n_kv, H=4, Hkv=2, D=64, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k = rng.standard_normal((n_kv, Hkv, D)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((n_kv, Hkv, D)).astype(np.float16).view(np.uint16)
+    n_used = n_kv - 37  # the last cells are empty
+    kv_pos = np.where(np.arange(n_kv) < n_used, np.arange(n_kv), -1).astype(np.int32)
+    q_pos = np.arange(n_used - T, n_used, dtype=np.int32)
+    return q, k, v, kv_pos, q_pos
+
+
+def _run(args, n_kv, llama_order, n_threads=1):
+    q, k, v, kv_pos, q_pos = args
+    out = np.empty((q.shape[0], q.shape[1] * q.shape[2]), np.float32)
+    flash_attn_ext(q, k, v, n_kv, kv_pos, q_pos, 0.125, out, llama_order, n_threads)
+    return out
+
+
+def test_paths_llama_cpp_takes():
+    assert fa_path(FA_TILE_Q, 256, True) == PATH_TILED and fa_path(FA_TILE_Q - 1, 256, True) == PATH_ONE_ROW
+    assert fa_path(1, FA_SPLIT_KV_MIN, True) == PATH_SPLIT_KV and fa_path(1, FA_SPLIT_KV_MIN - 1, True) == PATH_ONE_ROW
+    assert fa_path(FA_TILE_Q, FA_SPLIT_KV_MIN, False) == PATH_ONE_ROW  # batch-invariant default
+
+
+def test_tiled_path_agrees_with_one_row_path_within_rounding():
+    """Same attention, other summation order and F32 instead of F16 Q: close, not equal."""
+    args = _case(FA_TILE_Q + 5, 256)
+    a, b = _run(args, 256, False), _run(args, 256, True)
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() <= 1e-2 * np.abs(a).max()  # the one-row kernel accumulates V in F16
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_split_kv_path_agrees_with_one_row_path_and_equals_it_with_one_chunk(threads):
+    args = _case(1, 768)
+    one_row = _run(args, 768, False)
+    assert np.array_equal(_run(args, 768, True, 1), one_row)  # one chunk: the one-row kernel, exactly
+    split = _run(args, 768, True, threads)
+    assert np.abs(split - one_row).max() <= 1e-2 * np.abs(one_row).max()
+
+
+def test_rows_do_not_depend_on_the_batch():
+    """The default path: a row's result is the same alone or in a batch (prompt splits equal token-by-token)."""
+    q, k, v, kv_pos, q_pos = _case(9, 256)
+    whole = _run((q, k, v, kv_pos, q_pos), 256, False)
+    for t in range(9):
+        one = _run((q[t:t + 1], k, v, kv_pos, q_pos[t:t + 1]), 256, False)
+        assert np.array_equal(one[0], whole[t])
