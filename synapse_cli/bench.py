@@ -27,8 +27,9 @@ appended to a llama-bench database.
 
 Decisions (documented in benchmarks/RESULTS.md): `backends` is "CPU" (synapse computes what ggml's CPU
 backend computes, so rows line up with llama-bench's CPU rows); `build_commit` is synapse's git commit;
-`flash_attn` is 0 (synapse implements the non-flash-attention graph) and `repack` false (weights are
-used in their file layout); the other GPU/placement fields keep llama-bench's defaults.
+`flash_attn` is what -fa asked for (llama_flash_attn_type; synapse's default is 0, off, where llama-bench's is
+-1, auto) and `repack` true (weights are repacked at load); the other GPU/placement fields keep llama-bench's
+defaults.
 """
 
 from __future__ import annotations
@@ -260,6 +261,7 @@ class Instance:
     type_k: str
     type_v: str
     n_threads: int
+    flash_attn: int = 0  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
 
     @property
     def test_name(self) -> str:
@@ -307,6 +309,9 @@ class BenchParams:
     n_ubatch: list[int] = field(default_factory=lambda: list(DEFAULT_N_UBATCH))
     # (type_k, type_v) pairs in llama-bench's `for tk: for tv:` order
     cache_types: list[tuple[str, str]] = field(default_factory=lambda: [("f16", "f16")])
+    # -fa values as llama_flash_attn_type (-1 auto, 0 off, 1 on); synapse's default is off (README)
+    flash_attn: list[int] = field(default_factory=lambda: [0])
+    flash_attn_given: bool = False
     reps: int = DEFAULT_REPS
     no_warmup: bool = False
     progress: bool = False
@@ -324,20 +329,22 @@ class BenchParams:
 
 
 def make_instances(p: BenchParams) -> list[Instance]:
-    """llama-bench's get_cmd_params_instances order: model, n_batch, n_ubatch, type_k, type_v, threads,
-    depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are skipped."""
+    """llama-bench's get_cmd_params_instances order: model, n_batch, n_ubatch, type_k, type_v, flash_attn,
+    threads, depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are skipped."""
     out = []
     for m in p.models:
         for nb in p.n_batch:
             for nub in p.n_ubatch:
                 for tk, tv in p.cache_types:
-                    for nt in p.n_threads:
-                        for nd in p.n_depth:
-                            base = dict(model=m, n_depth=nd, n_batch=nb, n_ubatch=nub, type_k=tk, type_v=tv,
-                                        n_threads=nt)
-                            out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
-                            out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
-                            out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg if (a, b) != (0, 0)]
+                    for fa in p.flash_attn:
+                        for nt in p.n_threads:
+                            for nd in p.n_depth:
+                                base = dict(model=m, n_depth=nd, n_batch=nb, n_ubatch=nub, type_k=tk, type_v=tv,
+                                            n_threads=nt, flash_attn=fa)
+                                out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
+                                out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
+                                out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg
+                                        if (a, b) != (0, 0)]
     return out
 
 
@@ -423,13 +430,13 @@ def field_type(name: str) -> str:
     return "STRING"
 
 
-# the fields llama-bench fills from options synapse does not have: llama-bench's defaults, except
-# flash_attn, which says how synapse computes (no flash attention); like llama.cpp's CPU backend by default,
+# the fields llama-bench fills from options synapse does not have: llama-bench's defaults; like llama.cpp's
+# CPU backend by default,
 # synapse repacks weights at load (kernels/quants: the 32-weight formats and Q4_K), so repack is true
 FIXED_FIELDS = {
     "gpu_info": "", "backends": "CPU", "cpu_mask": "0x0", "cpu_strict": False, "poll": 50,
     "n_gpu_layers": -1, "n_cpu_moe": 0, "split_mode": "layer", "main_gpu": 0, "no_kv_offload": False,
-    "flash_attn": 0, "devices": "auto", "tensor_split": "0.00", "tensor_buft_overrides": "none",
+    "devices": "auto", "tensor_split": "0.00", "tensor_buft_overrides": "none",
     "load_mode": "auto", "lazy_mode": "auto", "embeddings": False, "no_op_offload": 0, "no_host": False,
     "repack": True, "fit_target": 0, "fit_min_ctx": 0,
 }
@@ -773,7 +780,7 @@ def make_result(inst: Instance, lm: LoadedModel, samples: list[int], test_time: 
         "cpu_info": env["cpu_info"], **FIXED_FIELDS,
         "model_filename": lm.filename, "model_type": lm.desc, "model_size": lm.size,
         "model_n_params": lm.n_params, "n_batch": inst.n_batch, "n_ubatch": inst.n_ubatch,
-        "n_threads": inst.n_threads, "type_k": inst.type_k, "type_v": inst.type_v,
+        "n_threads": inst.n_threads, "type_k": inst.type_k, "type_v": inst.type_v, "flash_attn": inst.flash_attn,
         "n_prompt": inst.n_prompt, "n_gen": inst.n_gen, "n_depth": inst.n_depth, "test_time": test_time,
     }
     return Result({k: f[k] for k in FIELDS if k not in STATS_FIELDS}, samples)
@@ -800,8 +807,8 @@ def _join(xs: Iterable) -> str:
 
 
 def llama_bench_args(p: BenchParams) -> list[str]:
-    """llama-bench arguments that reproduce `p`'s test matrix, with JSON on stdout. Flash attention is
-    turned off (-fa 0) because that is the graph synapse computes."""
+    """llama-bench arguments that reproduce `p`'s test matrix, with JSON on stdout (-fa as synapse runs it:
+    off unless -fa was given)."""
     args: list[str] = []
     for m in p.models:
         args += ["-m", m]
@@ -810,7 +817,7 @@ def llama_bench_args(p: BenchParams) -> list[str]:
         args += ["-pg", f"{a},{b}"]
     args += ["-d", _join(p.n_depth), "-b", _join(p.n_batch), "-ub", _join(p.n_ubatch),
              "-ctk", _join(p.type_k), "-ctv", _join(p.type_v), "-t", _join(p.n_threads),
-             "-r", str(p.reps), "-fa", "0", "-o", "json"]
+             "-r", str(p.reps), "-fa", ",".join({-1: "auto", 0: "off", 1: "on"}[v] for v in p.flash_attn), "-o", "json"]
     if p.no_warmup:
         args.append("--no-warmup")
     if p.progress:
@@ -818,9 +825,11 @@ def llama_bench_args(p: BenchParams) -> list[str]:
     return args
 
 
-def compare_key(d: dict) -> tuple:
-    return (str(d["model_filename"]), int(d["n_prompt"]), int(d["n_gen"]), int(d["n_depth"]),
-            int(d["n_threads"]), int(d["n_batch"]), int(d["n_ubatch"]), str(d["type_k"]), str(d["type_v"]))
+def compare_key(d: dict, with_fa: bool = True) -> tuple:
+    """The parameters that identify a row (flash_attn only when several -fa values are compared)."""
+    key = (str(d["model_filename"]), int(d["n_prompt"]), int(d["n_gen"]), int(d["n_depth"]),
+           int(d["n_threads"]), int(d["n_batch"]), int(d["n_ubatch"]), str(d["type_k"]), str(d["type_v"]))
+    return key + (int(d.get("flash_attn", 0)),) if with_fa else key
 
 
 class CompareError(Exception):
@@ -838,13 +847,13 @@ def run_llama_bench(exe: str, p: BenchParams) -> dict[tuple, dict]:
         raise CompareError(f"--compare: {exe} exited with status {r.returncode} ({' '.join(cmd[1:])})")
     try:
         rows = json.loads(r.stdout)
-        return {compare_key(row): row for row in rows}
+        return {compare_key(row, len(p.flash_attn) > 1): row for row in rows}
     except (ValueError, KeyError, TypeError) as e:
         raise CompareError(f"--compare: {exe} did not print llama-bench JSON on stdout ({e})") from None
 
 
-def add_compare(res: Result, ref: dict[tuple, dict]) -> None:
-    row = ref.get(compare_key(res.fields))
+def add_compare(res: Result, ref: dict[tuple, dict], with_fa: bool = True) -> None:
+    row = ref.get(compare_key(res.fields, with_fa))
     if row is None:
         res.extras.update({"llamacpp_avg_ts": None, "vs_llamacpp": None})
         return
@@ -1043,6 +1052,8 @@ class MarkdownPrinter(Printer):
             cols.append("type_k")
         if p.type_v != DEFAULT_CACHE_TYPE:
             cols.append("type_v")
+        if p.flash_attn_given:
+            cols.append("flash_attn")
         cols += ["test", "t/s"]
         if "roofline_pct" in self.extras:
             cols.append("roofline")
@@ -1114,7 +1125,8 @@ def _default_context(model, inst: Instance):
     from .model import Context
 
     return Context(model, n_ctx=inst.n_ctx, n_batch=inst.n_batch, n_ubatch=inst.n_ubatch,
-                   cache_type_k=inst.type_k, cache_type_v=inst.type_v, n_threads=inst.n_threads)
+                   cache_type_k=inst.type_k, cache_type_v=inst.type_v, n_threads=inst.n_threads,
+                   flash_attn=inst.flash_attn != 0)
 
 
 def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = None, *,
@@ -1168,13 +1180,13 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
             ctx = make_context(lm.model, inst)
             test_time = test_time_now()
             samples = run_test(ctx, inst, p.reps, not p.no_warmup, tokens, prog, idx, len(insts), depth_state,
-                               clock, state_key=(inst.model, inst.type_k, inst.type_v, inst.n_ctx))
+                               clock, state_key=(inst.model, inst.type_k, inst.type_v, inst.n_ctx, inst.flash_attn))
             del ctx
             res = make_result(inst, lm, samples, test_time, env)
             if p.roofline:
                 add_roofline(res, inst, lm, bw.get(inst.n_threads))
             if ref is not None:
-                add_compare(res, ref)
+                add_compare(res, ref, len(p.flash_attn) > 1)
             results.append(res)
             with prog.paused():
                 printer.test(res)

@@ -509,7 +509,7 @@ def test_compare_runs_llama_bench_with_same_parameters(tmp_path):
     argv = json.loads(log.read_text())
     pairs = dict(zip(argv[::2], argv[1::2]))  # every llama-bench flag here takes one value
     assert pairs["-m"] == str(TINY) and pairs["-p"] == "128" and pairs["-n"] == "32" and pairs["-t"] == "1"
-    assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "0" and pairs["-ctk"] == "f16"
+    assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "off" and pairs["-ctk"] == "f16"
     ref = {(x["n_prompt"], x["n_gen"]): x["avg_ts"] for x in json.loads(fixture.read_text())}
     ours = json.loads(r.stdout)
     for o in ours:
@@ -529,3 +529,17 @@ def test_compare_failure_is_one_line(tmp_path):
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
     r = _invoke(["-m", str(TINY), "-p", "8", "-n", "0", "--compare", str(stub)])
     assert r.exit_code != 0 and len(r.stderr.strip().splitlines()) == 1 and "status 3" in r.stderr
+
+
+def test_flash_attention_is_a_dimension_of_the_matrix():
+    """-fa off,on: llama-bench's loop order (..., type_v, flash_attn, threads, depth), the fa column in md,
+    llama_flash_attn_type in the fields (0 off, 1 on)."""
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "2", "-t", "1", "--no-roofline", "-fa", "off,on",
+                 "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["flash_attn"], x["n_prompt"], x["n_gen"]) for x in rows] == [(0, 8, 0), (0, 0, 2), (1, 8, 0), (1, 0, 2)]
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-t", "1", "--no-roofline", "-fa", "on"])
+    assert r.exit_code == 0 and " fa |" in r.stdout.splitlines()[0]
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-fa", "maybe"])
+    assert r.exit_code != 0 and "-fa" in r.stderr

@@ -68,6 +68,8 @@ def available_threads() -> tuple[int, int]:
 @click.option("-ub", "--ubatch-size", "n_ubatch", multiple=True, metavar="N", help="Micro-batch size (default 512).")
 @click.option("-ctk", "--cache-type-k", "type_k", multiple=True, metavar="f16|f32", help="K cache type (default f16).")
 @click.option("-ctv", "--cache-type-v", "type_v", multiple=True, metavar="f16|f32", help="V cache type (default: as -ctk).")
+@click.option("-fa", "--flash-attn", "flash_attn", multiple=True, metavar="on|off|auto",
+              help="Flash attention, comma list (llama-bench's values; synapse's default: off).")
 @click.option("-t", "--threads", "n_threads", multiple=True, metavar="N", help="Threads, e.g. 2 or 1,2 or 1-2 (default: available CPUs).")
 @click.option("-r", "--repetitions", "reps", default="5", metavar="N", help="Repetitions of each test (default 5).")
 @click.option("-o", "--output", "output", default="md", metavar="md|csv|json|jsonl|sql", help="Output format on stdout (default md).")
@@ -76,8 +78,8 @@ def available_threads() -> tuple[int, int]:
 @click.option("--no-roofline", is_flag=True, help="Skip the read-bandwidth probe and the roofline column.")
 @click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench with the same parameters and add a 'vs llama.cpp' column.")
 @click.option("--probe-mib", default=1024, type=int, hidden=True, help="Size of the bandwidth probe buffer (MiB).")
-def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, n_threads, reps, output,
-            no_warmup, progress, no_roofline, compare, probe_mib):
+def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, flash_attn, n_threads, reps,
+            output, no_warmup, progress, no_roofline, compare, probe_mib):
     """Measure prompt processing (pp) and generation (tg) speed, as llama-bench.
 
     Every N accepts a comma list and ranges first-last, first-last+step, first-last*mult
@@ -125,6 +127,14 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
     else:
         pairs = [("f16", "f16")]
 
+    fa_values = {"on": 1, "1": 1, "true": 1, "enabled": 1, "off": 0, "0": 0, "false": 0, "disabled": 0,
+                 "auto": -1, "-1": -1}
+    fa = []
+    for v in _split(flash_attn):
+        if v.lower() not in fa_values:
+            raise click.ClickException(f"-fa: {v!r} is not on, off or auto")
+        fa.append(fa_values[v.lower()])
+
     default_t, max_t = available_threads()
     threads = _ints(n_threads, "-t", 1) or [default_t]
     too_many = [t for t in threads if t > max_t]
@@ -143,7 +153,7 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
         n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
         n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
-        cache_types=pairs, reps=r, no_warmup=no_warmup, progress=progress, output=output,
+        cache_types=pairs, flash_attn=fa or [0], flash_attn_given=bool(fa), reps=r, no_warmup=no_warmup, progress=progress, output=output,
         roofline=not no_roofline, compare=compare,
     )
     if not B.make_instances(params):
