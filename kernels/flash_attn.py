@@ -44,6 +44,7 @@ from numba import prange
 from kernels.activations import row_max, vec_soft_max
 from kernels.attention import _dot_lanes
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
+from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
 
 FA_TILE_Q = 64  # ggml_fa_tile_config::Q: batches with this many query rows take ggml's tiled kernel
@@ -83,6 +84,87 @@ def _row_chunk(q, k16, v16, kv_pos, qp, scale, t, h, g, c0, c1, qq, vkq, vkq32):
     for d in range(D):
         vkq32[d] = f16_bits_to_f32_hw(vkq[d])
     return M, S
+
+
+@jit
+def _row_chunk_any(q, k16, kq8, kcode, v16, v32, vcode, kv_pos, qp, scale, t, h, g, qq16, qq, qd, qs, qb16, c1,
+                   c2, acc8, vkq, acc):
+    """The one-row kernel for any other K/V cell types (kernels/kv_cache.py): K scores by K's vec_dot (query in
+    K's vec_dot_type), V rows from v16 (F16 bits, F16 accumulator) or v32 (their float32 values, F32
+    accumulator: ggml_vec_scale_f32 / ggml_vec_mad_f32). Returns S; VKQ (not divided) in acc."""
+    D = q.shape[2]
+    Hkv = k16.shape[1]
+    if kcode == F16:
+        for d in range(D):
+            qq16[d] = round_f16_scalar(q[t, h, d])
+    else:
+        prepare_query(kcode, q[t, h], qq, qd, qs, qb16)
+    for d in range(D):
+        vkq[d] = 0
+        acc[d] = 0
+    S = np.float32(0.0)
+    M = np.float32(-np.inf)
+    for c in range(kv_pos.shape[0]):
+        p = kv_pos[c]
+        if p < 0 or p > qp:
+            continue
+        if kcode == F16:
+            s = _reduce_add16(_dot_lanes(k16, (c * Hkv + g) * D, qq16, 0, D))
+        elif kcode == BF16:
+            s = score(kcode, k16[c, g], qq, qd, qs, qb16, c1, c2, acc8)
+        else:
+            s = score(kcode, kq8[c, g], qq, qd, qs, qb16, c1, c2, acc8)
+        s = np.float32(np.float32(s * scale) + np.float32(0.0))
+        ms = np.float32(1.0)
+        vs = np.float32(1.0)
+        if s > M:
+            m_old = M
+            M = s
+            ms = np.float32(math.exp(np.float32(m_old - M)))
+            if vcode == F16:
+                for d in range(D):
+                    vkq[d] = f32_to_f16_bits_hw(np.float32(f16_bits_to_f32_hw(vkq[d]) * ms))
+            else:
+                for d in range(D):
+                    acc[d] = np.float32(acc[d] * ms)
+        else:
+            vs = np.float32(math.exp(np.float32(s - M)))
+        if vcode == F16:
+            for d in range(D):
+                vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
+        else:
+            for d in range(D):
+                acc[d] = fma_f32(v32[c, g, d], vs, acc[d])
+        S = fma_f32(S, ms, vs)
+    if vcode == F16:
+        for d in range(D):
+            acc[d] = f16_bits_to_f32_hw(vkq[d])
+    return S
+
+
+@pjit
+def flash_attn_any(q, k16, kq8, kcode, v16, v32, vcode, kv_pos, q_pos, scale, out):
+    """flash_attn_ext for the other cell types: one-row kernel for every row (llama.cpp's tiled and split-KV
+    kernels take F16/F32 caches only). K cells: k16 (n_kv, Hkv, D) F16/BF16 bits or kq8 (n_kv, Hkv, bytes)
+    blocks, of type kcode; V: v16 (vcode F16) or v32 (float32 values)."""
+    T, H, D = q.shape
+    r = H // k16.shape[1]
+    for item in prange(T * H):
+        t = item // H
+        h = item % H
+        qq16 = np.empty(D, np.float32)
+        qq = np.empty(D, np.int8)
+        qd = np.empty(D // 32, np.float32)
+        qs = np.empty(D // 32, np.float32)
+        qb16 = np.empty(D, np.uint16)
+        c1 = np.empty(16, np.float32)
+        c2 = np.empty(16, np.float32)
+        acc8 = np.empty(8, np.float32)
+        vkq = np.empty(D, np.uint16)
+        acc = np.empty(D, np.float32)
+        S = _row_chunk_any(q, k16, kq8, kcode, v16, v32, vcode, kv_pos, q_pos[t], np.float32(scale), t, h,
+                           h // r, qq16, qq, qd, qs, qb16, c1, c2, acc8, vkq, acc)
+        _write(out, t, h, acc, S)
 
 
 @jit

@@ -30,11 +30,24 @@ class GraphTrace:
         self.ctype = cache_type
         self.n = 0  # index of the next graph node (unnamed nodes are called node_<index>)
 
-    def node(self, name: str | None, op: str, value: np.ndarray, srcs: list, typ: str = "f32") -> str:
+    def node(self, name: str | None, op: str, value: np.ndarray, srcs: list, typ: str = "f32", ne=None) -> str:
+        """One graph node; a quantized node (typ q8_0, ...) has no printed values: give its ne."""
         name = name if name is not None else f"node_{self.n}"
-        self.hook(name, op, value, [(s, tuple(ne)) for s, ne in srcs], typ)
+        if ne is None:
+            self.hook(name, op, value, [(s, tuple(ne)) for s, ne in srcs], typ)
+        else:
+            self.hook(name, op, value, [(s, tuple(n)) for s, n in srcs], typ, ne=tuple(ne))
         self.n += 1
         return name
+
+    def rotation(self, src_name, before, after, n, rot_name) -> str:
+        """llama_mul_mat_hadamard: RESHAPE to rows of n, MUL_MAT by the Hadamard input (computed as ggml's fast
+        transform), RESHAPE back; the result is named " (reshaped)" (ggml's name of a reshaped unnamed node)."""
+        rows = before.size // n
+        flat = before.reshape(rows, n)
+        self.node(f"{src_name} (reshaped)", "RESHAPE", flat, [(src_name, ne_of(before))])
+        rot = self.node(None, "MUL_MAT", after.reshape(rows, n), [(rot_name, (n, n, 1, 1)), (f"{src_name} (reshaped)", (n, rows, 1, 1))])
+        return self.node(" (reshaped)", "RESHAPE", after, [(rot, (n, rows, 1, 1))])
 
     # --- input and norms ---------------------------------------------------------------------
 
@@ -111,45 +124,55 @@ class GraphTrace:
         self.node(f"kqv-{il} (permuted)", "PERMUTE", kqvp, [(f"kqv-{il}", ne_of(kqv))])
         self.node(f"kqv_out-{il}", "CONT", kqv_out, [(f"kqv-{il} (permuted)", ne_of(kqvp))])
 
-    def attention_fa(self, il, q_name, q, k_roped, v3, k_all, v_all, k_view, v_view, k16, v16, kqv_out):
+    def attention_fa(self, il, q_name, q, k_roped, v3, k_all, v_all, k_view, v_view, k16, v16, kqv_out,
+                     k_src=None, v_src=None, types=("f16", "f16")):
         """The cache stores and the FLASH_ATTN_EXT node of build_attn_mha with flash attention (V not
-        transposed; an F32 cache's K and V views are cast to F16 by CPY nodes first).
+        transposed; an F32 cache's K and V views are cast to F16 by CPY nodes first; a quantized cache's
+        nodes carry no values).
 
         k_all, v_all: (n_ctx, n_embd_kv) whole caches as float32; k_view, v_view: (n_kv, Hkv, D) cells;
-        k16, v16: the same as F16 values (float32); q: (T, H, D); kqv_out: (T, H*D)."""
-        T, c = self.T, self.ctype
+        k16, v16: the same as F16 values (float32); q: (T, H, D); kqv_out: (T, H*D); k_src / v_src: the
+        names of the stored K and V (default Kcur-il / Vcur-il; " (reshaped)" after a Hadamard rotation)."""
+        T = self.T
+        tk, tv = types
+        k_src = k_src or f"Kcur-{il}"
+        v_src = v_src or f"Vcur-{il}"
         nk = k_roped.shape[1] * k_roped.shape[2]
+        n_ctx = self.n_ctx
         kv = k_roped.reshape(T, nk)
-        self.node(f"Kcur-{il} (view)", "VIEW", kv, [(f"Kcur-{il}", ne_of(k_roped))])
-        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_all, [(f"Kcur-{il} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))], c)
+        self.node(f"{k_src} (view)", "VIEW", kv, [(k_src, ne_of(k_roped))])
+        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_all, [(f"{k_src} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))],
+                  tk, ne=(nk, n_ctx, 1, 1))
         vv = v3.reshape(T, nk)
-        self.node(f"Vcur-{il} (view)", "VIEW", vv, [(f"Vcur-{il}", ne_of(v3))])
-        self.node(f"cache_v_l{il} (view)", "SET_ROWS", v_all, [(f"Vcur-{il} (view)", ne_of(vv)), ("attn_inp_v_idxs", (T, 1, 1, 1))], c)
+        self.node(f"{v_src} (view)", "VIEW", vv, [(v_src, ne_of(v3))])
+        self.node(f"cache_v_l{il} (view)", "SET_ROWS", v_all, [(f"{v_src} (view)", ne_of(vv)), ("attn_inp_v_idxs", (T, 1, 1, 1))],
+                  tv, ne=(nk, n_ctx, 1, 1))
         self.node(f"{q_name} (view)", "VIEW", q, [(q_name, ne_of(q))])
         qp = q.transpose(1, 0, 2)  # ne {D, T, H}
         self.node(f"{q_name} (view) (permuted)", "PERMUTE", qp, [(f"{q_name} (view)", ne_of(q))])
         kv_src = None
-        for name, view, view16 in (("k", k_view, k16), ("v", v_view, v16)):
+        for name, view, view16, t in (("k", k_view, k16, tk), ("v", v_view, v16, tv)):
             base = f"cache_{name}_l{il}"
-            self.node(f"{base} (view)", "VIEW", view, [(base, (nk, self.n_ctx, 1, 1))], c)
+            D, G, n = view.shape[2], view.shape[1], view.shape[0]
+            self.node(f"{base} (view)", "VIEW", view, [(base, (nk, n_ctx, 1, 1))], t, ne=(D, G, n, 1))
             perm = view.transpose(1, 0, 2)  # ne {D, n_kv, Hkv}
-            self.node(f"{base} (view) (permuted)", "PERMUTE", perm, [(f"{base} (view)", ne_of(view))], c)
+            self.node(f"{base} (view) (permuted)", "PERMUTE", perm, [(f"{base} (view)", (D, G, n, 1))], t, ne=(D, n, G, 1))
             src = f"{base} (view) (permuted)"
-            if c != "f16":
+            if t == "f32":
                 cp = view16.transpose(1, 0, 2)
                 self.node(f"{src} (copy)", "CPY", cp, [(src, ne_of(perm)), (f"{src} (copy)", ne_of(perm))], "f16")
                 src = f"{src} (copy)"
             if name == "k":
-                kv_src = (src, ne_of(perm))
+                kv_src = (src, (D, n, G, 1))
         H, D = q.shape[1], q.shape[2]
         fa = kqv_out.reshape(T, H, D)  # ne {D, H, T}
         fa_name = self.node(None, "FLASH_ATTN_EXT", fa, [(f"{q_name} (view) (permuted)", ne_of(qp)), kv_src])
         self.node(f"kqv_out-{il}", "RESHAPE", kqv_out, [(fa_name, ne_of(fa))])
 
-    def attn_out(self, il, out, weight_name, n_in) -> str:
+    def attn_out(self, il, out, weight_name, n_in, src=None) -> str:
         # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
         name = None if self.arch == "qwen2" else f"attn_out-{il}"
-        return self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (f"kqv_out-{il}", (n_in, self.T, 1, 1))])
+        return self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (src or f"kqv_out-{il}", (n_in, self.T, 1, 1))])
 
     def out_rows(self, attn_name, attn_rows, inp_name, inp_rows, T_full):
         E = attn_rows.shape[1]

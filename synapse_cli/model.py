@@ -181,7 +181,31 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
     return dequantize(t.ggml_type, t.data, t.n_elements)
 
 
-CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}
+CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
+
+
+def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int) -> None:
+    """llama.cpp's rules for -ctk/-ctv (llama_init_from_model) and what synapse computes: without flash
+    attention f16 or f32, one type for both; with it any of kv_cache.KV_TYPES, K and V may differ."""
+    from kernels.kv_cache import KV_TYPES, QUANTIZED
+
+    for flag, t in (("-ctk", type_k), ("-ctv", type_v)):
+        if t == "iq4_nl":
+            raise ModelError(f"{flag} iq4_nl: this KV cache type is not supported yet")
+        if t not in KV_TYPES:
+            raise ModelError(f"{flag} {t}: unsupported KV cache type (synapse: {', '.join(KV_TYPES)})")
+    if not flash_attn:
+        if type_v in QUANTIZED:
+            raise ModelError("quantized V cache requires flash_attn to be enabled")
+        if type_k not in CACHE_TYPES or type_v not in CACHE_TYPES:
+            raise ModelError(f"KV cache type {type_k}/{type_v} without flash attention is not supported yet "
+                             "(use -fa on, or f16/f32)")
+        if type_k != type_v:
+            raise ModelError("-ctk and -ctv must be the same type without flash attention")
+    else:
+        for which, t in (("K", type_k), ("V", type_v)):
+            if t in QUANTIZED and head_dim % 32:
+                raise ModelError(f"{which} cache type {t} with block size 32 does not divide n_embd_head={head_dim}")
 
 
 class Context:
@@ -198,10 +222,7 @@ class Context:
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
         n_ctx = -(-n_ctx // KV_PAD) * KV_PAD  # llama_context pads n_ctx to a multiple of 256
-        if cache_type_k not in CACHE_TYPES or cache_type_v not in CACHE_TYPES:
-            raise ModelError(f"unsupported cache type {cache_type_k}/{cache_type_v} (f16 and f32 are)")
-        if cache_type_k != cache_type_v:
-            raise ModelError("-ctk and -ctv must be the same type")
+        check_cache_types(cache_type_k, cache_type_v, flash_attn, hp.n_embd_head)
         self.model = model
         self.hp = hp
         self.n_ctx = n_ctx
@@ -223,15 +244,26 @@ class Context:
             from kernels.config import set_num_threads
 
             set_num_threads(n_threads)
+        self.cache_type_v = cache_type_v
+        # llama.cpp rotates Q/K (quantized K cache) and V/output (quantized V cache) by a Hadamard matrix
+        from kernels.kv_cache import QUANTIZED, ROT_SIZE_V, rot_size_k
+
+        d = hp.n_embd_head
+        self.rot_k = rot_size_k(d) if flash_attn and cache_type_k in QUANTIZED and d % 64 == 0 else 0
+        self.rot_v = ROT_SIZE_V if flash_attn and cache_type_v in QUANTIZED and d % 64 == 0 else 0
         self.k_cache = []
         self.v_cache = []
-        dtype = CACHE_TYPES[cache_type_k]
+        dtype = CACHE_TYPES.get(cache_type_k)
+        from kernels.kv_cache import cell_array
+
         for _ in range(hp.n_layer):
-            # layouts of llama.cpp's buffers (kernels/attention.py); np.zeros: unwritten cells read as 0
-            self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
-            if flash_attn:
-                self.v_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
+            # layouts of llama.cpp's buffers (kernels/attention.py, kernels/kv_cache.py); np.zeros: unwritten
+            # cells read as 0
+            if flash_attn:  # (cell, head, dim), V too
+                self.k_cache.append(cell_array(cache_type_k, n_ctx, hp.n_head_kv, hp.n_embd_head))
+                self.v_cache.append(cell_array(cache_type_v, n_ctx, hp.n_head_kv, hp.n_embd_head))
             else:
+                self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
                 self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
@@ -295,8 +327,10 @@ class Context:
         """
         from kernels.activations import swiglu
         from kernels.attention import attention, kv_store, kv_store_fa
+        from kernels import kv_cache
         from kernels.config import work_chunks
-        from kernels.flash_attn import flash_attn_ext
+        from kernels.flash_attn import flash_attn_any, flash_attn_ext
+        from kernels.kv_cache import fwht_rows
         from kernels.matmul import matmul, matmul_many
         from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
         from kernels.rope import rope_qk, rope_yarn_corr_dims
@@ -361,23 +395,40 @@ class Context:
                 rope_qk(q.reshape(T, H, D), k.reshape(T, Hkv, D), pos, q_r, k_r, *rope_args)
                 if temp is not None:
                     q_r *= temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale)
+                if self.rot_k:
+                    fwht_rows(q_r, self.rot_k)
+                    fwht_rows(k_r, self.rot_k)
+                if self.rot_v:
+                    fwht_rows(v, self.rot_v)
             v3 = v.reshape(T, Hkv, D)
             if g and not self.flash_attn:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS writes
                 g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
             if self.flash_attn:
-                kv_store_fa(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
-                k16, v16 = self._fa_operands(il, n_kv)
                 kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
-                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
-                               work_chunks())
+                if self._fa_plain:
+                    kv_store_fa(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+                    k16, v16 = self._fa_operands(il, n_kv)
+                    flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
+                                   work_chunks())
+                else:
+                    kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
+                    kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
+                    flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
             else:
                 kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
                 attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
                           hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
-            matmul(L.attn_output, kqv_out, attn_out, lo)
+            kqv_name = f"kqv_out-{il}"
             if g:
                 self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
-                attn_name = g.attn_out(il, attn_out, L.attn_output.name, H * D)
+            if self.rot_v:  # the attention output rotated back (llama_mul_mat_hadamard after build_attn_mha)
+                before = kqv_out.copy() if g else None
+                fwht_rows(kqv_out, self.rot_v)
+                if g:
+                    kqv_name = g.rotation(kqv_name, before, kqv_out, self.rot_v, "attn_inp_v_rot")
+            matmul(L.attn_output, kqv_out, attn_out, lo)
+            if g:
+                attn_name = g.attn_out(il, attn_out, L.attn_output.name, H * D, kqv_name)
             if L.attn_output_b is not None:
                 add(attn_out, L.attn_output_b, attn_out)
 
@@ -459,6 +510,7 @@ class Context:
     # --- traced variants (same arithmetic, plus the intermediate values llama.cpp's graph shows)
 
     def _qkv_traced(self, g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args):
+        from kernels.kv_cache import fwht_rows
         from kernels.matmul import matmul
         from kernels.norm import add
         from kernels.rope import rope
@@ -487,6 +539,38 @@ class Context:
                 r_shown = None
             bias_name = W.name.replace(".weight", ".bias")
             g.qkv_proj(il, which, raw, out if b is not None else None, W.name, bias_name, shaped, r_shown, temp_scaled)
+            n_rot, rot_name = (self.rot_v, "attn_inp_v_rot") if which == "Vcur" else (self.rot_k, "attn_inp_k_rot")
+            if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
+                x = r_out if r_out is not None else shaped
+                before = x.copy()
+                fwht_rows(x, n_rot)
+                g.rotation(f"{which}-{il}", before, x, n_rot, rot_name)
+
+    @property
+    def _fa_plain(self) -> bool:
+        """F16/F32 K and V of one type: flash attention on F16 operands (all three of ggml's kernels)."""
+        return self.cache_type == self.cache_type_v and self.cache_type in CACHE_TYPES
+
+    def _fa_operands_any(self, il: int, n_kv: int):
+        """(K F16/BF16 bits, K blocks, K type code, V F16 bits, V float32 values, V type code) for flash_attn_any: an F32 cache
+        is cast to F16 first (the graph's CPY), F16 V is accumulated in F16, other V types as float32."""
+        from kernels.kv_cache import F16, KV_TYPES, to_f32
+
+        k, v = self.k_cache[il][:n_kv], self.v_cache[il][:n_kv]
+        kcode, vcode = KV_TYPES[self.cache_type][0], KV_TYPES[self.cache_type_v][0]
+        if k.dtype == np.float32:
+            k, kcode = k.astype(np.float16).view(np.uint16), F16
+        k16, kq8 = (k, np.zeros((1, 1, 1), np.uint8)) if k.dtype == np.uint16 else (np.zeros((1, k.shape[1], 1), np.uint16), k)
+        v16 = np.zeros((1, 1, 1), np.uint16)
+        v32 = np.zeros((1, 1, 1), np.float32)
+        if v.dtype == np.float32:
+            v16, vcode = v.astype(np.float16).view(np.uint16), F16
+        elif vcode == F16:
+            v16 = v
+        else:
+            v32 = np.empty((n_kv, v.shape[1], self.hp.n_embd_head), np.float32)
+            to_f32(vcode, v, n_kv, v32)
+        return k16, kq8, kcode, v16, v32, vcode
 
     def _fa_operands(self, il: int, n_kv: int):
         """FLASH_ATTN_EXT's K and V operands: the first n_kv cells as F16 bits (an F32 cache is cast to F16
@@ -501,13 +585,23 @@ class Context:
         H, D = hp.n_head, hp.n_embd_head
         q_name = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + f"-{il}"
         if self.flash_attn:
-            k, v = self.k_cache[il], self.v_cache[il]
-            if k.dtype == np.uint16:
-                k, v = k.view(np.float16).astype(np.float32), v.view(np.float16).astype(np.float32)
-            k16, v16 = self._fa_operands(il, n_kv)
-            g.attention_fa(il, q_name, q_r, k_r, v3, k.reshape(self.n_ctx, -1), v.reshape(self.n_ctx, -1),
-                           k[:n_kv], v[:n_kv], k16.view(np.float16).astype(np.float32),
-                           v16.view(np.float16).astype(np.float32), kqv_out)
+            from kernels.kv_cache import KV_TYPES, to_f32
+
+            vals = []  # every cell as float32 (the printed values, for the printable types)
+            for cache, t in ((self.k_cache[il], self.cache_type), (self.v_cache[il], self.cache_type_v)):
+                if t in CACHE_TYPES:
+                    vals.append(cache.view(np.float16).astype(np.float32) if t == "f16" else cache)
+                else:
+                    f = np.empty((self.n_ctx, hp.n_head_kv, D), np.float32)
+                    to_f32(KV_TYPES[t][0], cache, self.n_ctx, f)
+                    vals.append(f)
+            k, v = vals
+            rotated = " (reshaped)"  # the name of a Hadamard-rotated Q, K or V (GraphTrace.rotation)
+            g.attention_fa(il, rotated if self.rot_k else q_name, q_r, k_r, v3, k.reshape(self.n_ctx, -1),
+                           v.reshape(self.n_ctx, -1), k[:n_kv], v[:n_kv], k[:n_kv].astype(np.float16).astype(np.float32),
+                           v[:n_kv].astype(np.float16).astype(np.float32), kqv_out,
+                           rotated if self.rot_k else None, rotated if self.rot_v else None,
+                           (self.cache_type, self.cache_type_v))
             return
         k_all, v_flat, k_view, v_view = self._cache_views(il, n_kv)
         g.kv_store(il, k_r, v3, k_all, v_flat)

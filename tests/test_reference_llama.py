@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import FIXTURES, REPO
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
@@ -98,6 +98,12 @@ def _synapse(*args: str) -> subprocess.CompletedProcess:
 EVALCB = sorted((REF / "evalcb").glob("*.log"))
 
 
+def _model_path(stem: str) -> str:
+    """A re-quantized model of tests/reference/models, or a fixtures tiny model (tiny-llama-Q8_0)."""
+    path = REF / "models" / f"{stem}.gguf"
+    return str(path if path.exists() else FIXTURES / "tiny" / "models" / f"{stem}.gguf")
+
+
 def _log_args(stem: str) -> list[str]:
     """The prompt and flags a reference log was made with (tests/reference/README.md)."""
     if "__license400" in stem:
@@ -109,6 +115,8 @@ def _log_args(stem: str) -> list[str]:
         args += ["-ub", "8"]
     if stem.endswith("__fa"):
         args += ["-fa", "on"]
+    if "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type>
+        args += ["-fa", "on", "-ctk", stem.split("__ctk-")[1].split("__")[0], "-ctv", stem.split("__ctv-")[1]]
     return args
 
 
@@ -117,9 +125,11 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     """`synapse eval-callback diff --model M --prompt P LOG` against llama-eval-callback of the same tiny model
     re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
     micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
-    flash-attention kernel (made with -fa off otherwise)."""
+    flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
+    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); made with -fa off
+    otherwise."""
     stem = log.stem.split("__")[0]
-    r = _synapse("eval-callback", "diff", "--model", str(REF / "models" / f"{stem}.gguf"), *_log_args(log.stem),
+    r = _synapse("eval-callback", "diff", "--model", _model_path(stem), *_log_args(log.stem),
                  "-t", "2", "--occurrence", "all", str(log))
     verdict = r.stdout.decode().strip().splitlines()[-1]
     assert r.returncode == 0 and verdict.startswith("no divergence"), verdict
@@ -132,16 +142,20 @@ COMPLETION = sorted((REF / "completion").glob("*.txt"))
 def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
     """`synapse decode ARGS --llama-batch-order` prints llama-completion ARGS's stdout byte for byte (ARGS as
     in tests/reference/README.md; `__ub8_b16`: -ub 8 -b 16; `__license2400__greedy__fa__tN`: a 600-token prompt
-    file, -fa on, N threads, so that generation runs ggml's split-KV flash-attention kernel)."""
+    file, -fa on, N threads, so that generation runs ggml's split-KV flash-attention kernel;
+    `__fa__ctk-A__ctv-B`: -fa on and those KV cache types)."""
     stem = ref.stem.split("__")[0]
-    if "__license2400" in ref.stem:
+    if "__ctk-" in ref.stem:  # __greedy__fa__ctk-<type>__ctv-<type>
+        args = ["-p", PROMPT, "-n", "32", "-fa", "on", "-t", "2", "-ctk", ref.stem.split("__ctk-")[1].split("__")[0],
+                "-ctv", ref.stem.split("__ctv-")[1]]
+    elif "__license2400" in ref.stem:
         threads = ref.stem.rsplit("__t", 1)[1]
         args = ["-f", str(REF / "prompts" / "license2400.txt"), "-n", "24", "-fa", "on", "-t", threads]
     else:
         args = ["-p", PROMPT, "-n", "32", "-fa", "off", "-t", "2"]
         if ref.stem.endswith("__ub8_b16"):
             args += ["-ub", "8", "-b", "16"]
-    r = _synapse("decode", "-m", str(REF / "models" / f"{stem}.gguf"), *args, "--temp", "0", "-no-cnv",
+    r = _synapse("decode", "-m", _model_path(stem), *args, "--temp", "0", "-no-cnv",
                  "-c", "4096", "--llama-batch-order")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout == ref.read_bytes()

@@ -15,7 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
-from .llama_flags import flash_attn_option, resolve_flash_attn
+from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
 
 
 def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
@@ -78,8 +78,7 @@ def default_threads() -> int:
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
 @click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
 @click.option("-t", "--threads", default=None, type=int, help="Threads (default: available CPUs).")
-@click.option("-ctk", "--cache-type-k", default="f16", show_default=True, type=click.Choice(["f16", "f32"]))
-@click.option("-ctv", "--cache-type-v", default="f16", show_default=True, type=click.Choice(["f16", "f32"]))
+@cache_type_options
 @click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; only 0 (greedy) is implemented.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")

@@ -21,9 +21,8 @@ import click
 
 from .. import evalcb
 from ..errors import SynapseError
-from .llama_flags import flash_attn_option, resolve_flash_attn
+from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
 
-CACHE_TYPES = ["f16", "f32"]
 
 
 def _run_options(f):
@@ -36,10 +35,7 @@ def _run_options(f):
                      help="Logical batch size."),
         click.option("-ub", "--ubatch-size", "ubatch", type=click.IntRange(min=1), default=512, show_default=True,
                      help="Physical (micro-)batch size."),
-        click.option("-ctk", "--cache-type-k", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
-                     help="KV cache type for K."),
-        click.option("-ctv", "--cache-type-v", type=click.Choice(CACHE_TYPES), default="f16", show_default=True,
-                     help="KV cache type for V."),
+        cache_type_options,
         # accepted so that a llama-eval-callback command line can be pasted; llama-eval-callback ignores
         # -n and --temp too
         click.option("-n", "--n-predict", type=int, default=None, hidden=True),

@@ -17,3 +17,15 @@ def flash_attn_option(f):
 def resolve_flash_attn(value: str | None) -> bool:
     """-fa on / auto: flash attention (llama.cpp's CPU backend resolves auto to enabled); off or no flag: not."""
     return value in ("on", "auto")
+
+
+# llama.cpp's -ctk/-ctv values (common/arg.cpp kv_cache_types); iq4_nl is refused when a model is opened
+KV_CACHE_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+def cache_type_options(f):
+    """-ctk/--cache-type-k and -ctv/--cache-type-v with llama.cpp's values (default f16)."""
+    f = click.option("-ctv", "--cache-type-v", default="f16", show_default=True, type=click.Choice(KV_CACHE_TYPES),
+                     help="KV cache type for V (quantized types need flash attention).")(f)
+    return click.option("-ctk", "--cache-type-k", default="f16", show_default=True, type=click.Choice(KV_CACHE_TYPES),
+                        help="KV cache type for K (types other than f16/f32 need flash attention).")(f)
