@@ -154,3 +154,13 @@ def test_flash_attention_prompt_in_any_split_equals_token_by_token(fa):
     assert np.array_equal(whole, one)
     r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 4, "-fa", fa, "-no-cnv", "--json")
     assert r.exit_code == 0 and len(json.loads(r.output)["generated_ids"]) == 4
+
+
+def test_quantized_v_cache_enables_flash_attention_unless_it_is_off():
+    """llama.cpp's default -fa auto turns flash attention on for a quantized V cache; -fa off is an error."""
+    r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 2, "-ctk", "q8_0", "-ctv", "q8_0", "--json")
+    assert r.exit_code == 0 and len(json.loads(r.output)["generated_ids"]) == 2
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-Q8_0.gguf"), "-p", "x", "-ctv", "q8_0",
+                                 "-fa", "off"])
+    assert r.exit_code != 0 and "quantized V cache requires flash_attn" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -58,7 +58,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
         hook=recorder,
-        flash_attn=resolve_flash_attn(flash_attn),
+        flash_attn=resolve_flash_attn(flash_attn, cache_type_v),
     )
 
 

@@ -14,8 +14,12 @@ def flash_attn_option(f):
              "(llama.cpp's default is auto; see README, \"Agreement with llama.cpp\").")(f)
 
 
-def resolve_flash_attn(value: str | None) -> bool:
-    """-fa on / auto: flash attention (llama.cpp's CPU backend resolves auto to enabled); off or no flag: not."""
+def resolve_flash_attn(value: str | None, cache_type_v: str = "f16") -> bool:
+    """-fa on / auto: flash attention (llama.cpp's CPU backend resolves auto to enabled); off: not; no flag: not,
+    unless the V cache is quantized (llama.cpp's default auto then enables it: "enabling flash_attn since it is
+    required for quantized V cache")."""
+    if value is None:
+        return cache_type_v in ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
     return value in ("on", "auto")
 
 
