@@ -15,14 +15,12 @@ its code paths are the fixtures' AVX-512 build's:
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
@@ -91,8 +89,18 @@ def test_single_token_equals_ggml_and_batches_equal_single_tokens(case):
     assert all(np.array_equal(outb[t], out[0]) for t in range(9))
 
 
-def _synapse(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "synapse_cli", *args], capture_output=True, cwd=REPO)
+def _synapse(*args: str):
+    """The command line in this process (CliRunner: stdout as bytes, exit code), as a user would run it."""
+    from click.testing import CliRunner
+
+    from kernels import config
+    from synapse_cli.cli import cli
+
+    threads = config.work_chunks()  # -t changes the process's thread count: restore it for the next tests
+    try:
+        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    finally:
+        config.set_num_threads(threads)
 
 
 EVALCB = sorted((REF / "evalcb").glob("*.log"))
@@ -131,8 +139,8 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     stem = log.stem.split("__")[0]
     r = _synapse("eval-callback", "diff", "--model", _model_path(stem), *_log_args(log.stem),
                  "-t", "2", "--occurrence", "all", str(log))
-    verdict = r.stdout.decode().strip().splitlines()[-1]
-    assert r.returncode == 0 and verdict.startswith("no divergence"), verdict
+    verdict = r.stdout.strip().splitlines()[-1]
+    assert r.exit_code == 0 and verdict.startswith("no divergence"), verdict
 
 
 COMPLETION = sorted((REF / "completion").glob("*.txt"))
@@ -157,5 +165,5 @@ def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
             args += ["-ub", "8", "-b", "16"]
     r = _synapse("decode", "-m", _model_path(stem), *args, "--temp", "0", "-no-cnv",
                  "-c", "4096", "--llama-batch-order")
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout == ref.read_bytes()
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout_bytes == ref.read_bytes()
