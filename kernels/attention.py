@@ -555,18 +555,6 @@ def kv_store(k_cache, v_cache, k, v, cells):
                 v_cache[g, d, c] = cache_value(v_cache, v[t, g, d])
 
 
-@jit
-def kv_store_fa(k_cache, v_cache, k, v, cells):
-    """kv_store for flash attention's layout: v_cache (n_ctx, n_head_kv, hd) like k_cache (not transposed)."""
-    T, G, D = k.shape
-    for t in range(T):
-        c = cells[t]
-        for g in range(G):
-            for d in range(D):
-                k_cache[c, g, d] = cache_value(k_cache, k[t, g, d])
-                v_cache[c, g, d] = cache_value(v_cache, v[t, g, d])
-
-
 # ----------------------------------------------------------------------------------------------
 # attention
 

@@ -326,7 +326,7 @@ class Context:
         layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only).
         """
         from kernels.activations import swiglu
-        from kernels.attention import attention, kv_store, kv_store_fa
+        from kernels.attention import attention, kv_store
         from kernels import kv_cache
         from kernels.config import work_chunks
         from kernels.flash_attn import flash_attn_any, flash_attn_ext
@@ -405,14 +405,13 @@ class Context:
                 g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
             if self.flash_attn:
                 kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
+                kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
+                kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
                 if self._fa_plain:
-                    kv_store_fa(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
                     k16, v16 = self._fa_operands(il, n_kv)
                     flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
                                    work_chunks())
                 else:
-                    kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
-                    kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
                     flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
             else:
                 kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
