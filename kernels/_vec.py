@@ -9,7 +9,8 @@ LLVM `<16 x float>` values here:
     memory     load16(arr, i)   16 elements at element offset i of a C-contiguous float32 array, or of a
                                 uint16 (F16 bits) array converted exactly (fpext half = vcvtph2ps)
                store16(arr, i, v)  into a float32 array
-    float      fma16 (llvm.fma: one rounding, vfmadd), add16, mul16 (lane-wise IEEE, never fused), zero16
+    float      fma16 (llvm.fma: one rounding, vfmadd), add16, mul16 (lane-wise IEEE, never fused), zero16,
+               splat16, round_f16_16 (each lane rounded to F16 and back: an F16 accumulator held as float32)
     reduce     fold8 / fold4 / fold2 / fold1: one level of `_mm512_reduce_add_ps`'s tree (halves 8, 4, 2, 1)
                applied to the groups of two vectors at once (see `fold_level`), so 16 dot products
                are reduced with 15 shuffle pairs instead of 16 scalar trees; every lane sums exactly the
@@ -146,6 +147,19 @@ def fma16(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return F32x16(a, b, c), codegen
+
+
+@intrinsic
+def round_f16_16(typingctx, a):
+    """Each lane rounded to F16 (nearest even) and back: fptrunc + fpext (vcvtps2ph / vcvtph2ps with F16C)."""
+    if a != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.fpext(builder.fptrunc(args[0], ir.VectorType(ir.HalfType(), 16)), _VT)
+
+    return F32x16(a), codegen
 
 
 def _make_binop(op):

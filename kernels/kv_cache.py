@@ -8,11 +8,14 @@ flash attention (ggml-cpu/ops.cpp `ggml_compute_forward_flash_attn_ext_f16_one_c
     q4_1   D/32 blocks of 20 bytes                 quantize_row_q4_1_ref    built without FMA, so no
     q5_0   D/32 blocks of 22 bytes                 quantize_row_q5_0_ref    contraction: x*id, then + 8.5,
     q5_1   D/32 blocks of 24 bytes                 quantize_row_q5_1_ref    truncated to int8)
+    iq4_nl D/32 blocks of 18 bytes                 quantize_row_iq4_nl_ref  (one search pass over the
+                                                   non-linear grid KVALUES_IQ4NL, weights x^2; no FMA)
 
-Reading, flash attention: K's vec_dot_type converts the query row (bf16 -> BF16; q8_0, q4_0, q5_0 -> Q8_0; q4_1,
-q5_1 -> Q8_1, x86 quantizers) and K's vec_dot gives each score (ggml_vec_dot_bf16 with AVX512_BF16; the AVX2
-`ggml_vec_dot_{q8_0,q4_0,q5_0}_q8_0` / `{q4_1,q5_1}_q8_1`: 8 int32 lanes of 4 elements, acc = fma(dx*dy, lane,
-acc), hsum_float_8, + fma(m, s) for the offset formats); V rows are converted to F32 (to_float = the
+Reading, flash attention: K's vec_dot_type converts the query row (bf16 -> BF16; q8_0, q4_0, q5_0, iq4_nl ->
+Q8_0; q4_1, q5_1 -> Q8_1, x86 quantizers) and K's vec_dot gives each score (ggml_vec_dot_bf16 with AVX512_BF16;
+the AVX2 `ggml_vec_dot_{q8_0,q4_0,q5_0}_q8_0` / `{q4_1,q5_1}_q8_1`: 8 int32 lanes of 4 elements, acc =
+fma(dx*dy, lane, acc), hsum_float_8, + fma(m, s) for the offset formats; `ggml_vec_dot_iq4_nl_q8_0` the same
+with two accumulators, even and odd blocks, added before hsum_float_8); V rows are converted to F32 (to_float = the
 dequantize_row_* of ggml-quants.c) and accumulated in F32.
 """
 
@@ -30,9 +33,12 @@ from kernels.quants.floats import _dpbf16_step, _reduce_add16_arr
 
 # cache type name -> (code, bytes per 32 values); f16/f32 are the plain float caches
 KV_TYPES = {"f32": (0, 128), "f16": (1, 64), "bf16": (2, 64), "q8_0": (3, 34), "q4_0": (4, 18),
-            "q4_1": (5, 20), "q5_0": (6, 22), "q5_1": (7, 24)}
-F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 = range(8)
-QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+            "q4_1": (5, 20), "q5_0": (6, 22), "q5_1": (7, 24), "iq4_nl": (8, 18)}
+F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL = range(9)
+QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+BLOCK_BYTES = (34, 18, 20, 22, 24, 18)  # Q8_0 .. IQ4_NL
+# ggml-common.h kvalues_iq4nl: the 16 levels of IQ4_NL
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
 
 def cell_array(type_name: str, n_ctx: int, n_head_kv: int, head_dim: int) -> np.ndarray:
@@ -86,10 +92,60 @@ def _trunc_i8(v):
 
 
 @jit
+def _best_index_iq4nl(x):
+    """ggml-quants.c best_index_int8(16, kvalues_iq4nl, x): the nearest level (bisection; ties go up)."""
+    val = KVALUES_IQ4NL
+    if x <= np.float32(val[0]):
+        return 0
+    if x >= np.float32(val[15]):
+        return 15
+    ml = 0
+    mu = 15
+    while mu - ml > 1:
+        mav = (ml + mu) // 2
+        if x < np.float32(val[mav]):
+            mu = mav
+        else:
+            ml = mav
+    return mu - 1 if np.float32(x - np.float32(val[mu - 1])) < np.float32(np.float32(val[mu]) - x) else mu
+
+
+@jit
+def _quantize_iq4_nl_block(x, o, dst, q, L):
+    """quantize_row_iq4_nl_impl(32, 32, ..., quant_weights NULL, ntry -1) for x[o:o+32] into dst[q:q+18]; L
+    (1, 32) int8 keeps its levels (stale for an all-zero block, as ggml's stack array)."""
+    amax = np.float32(0.0)
+    mx = np.float32(0.0)
+    for j in range(32):
+        ax = abs(x[o + j])
+        if ax > amax:
+            amax = ax
+            mx = x[o + j]
+    d = np.float32(0.0)
+    if not amax < np.float32(1e-15):  # GROUP_MAX_EPS
+        d = np.float32(mx / np.float32(KVALUES_IQ4NL[0]))
+        idv = np.float32(np.float32(1.0) / d)
+        sumqx = np.float32(0.0)
+        sumq2 = np.float32(0.0)
+        for j in range(32):
+            xj = x[o + j]
+            lv = _best_index_iq4nl(np.float32(idv * xj))
+            L[0, j] = lv
+            qv = np.float32(KVALUES_IQ4NL[lv])
+            w = np.float32(xj * xj)
+            sumqx = np.float32(sumqx + np.float32(np.float32(w * qv) * xj))
+            sumq2 = np.float32(sumq2 + np.float32(np.float32(w * qv) * qv))
+        d = np.float32(sumqx / sumq2) if sumq2 > 0 else np.float32(0.0)
+    _put16(dst, q, f32_to_f16(d))
+    for j in range(16):
+        dst[q + 2 + j] = np.uint8(np.int32(L[0, j]) | (np.int32(L[0, 16 + j]) << 4))
+
+
+@jit
 def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
     """x (D,) float32 -> dst (D/32 * bytes,) uint8 blocks of the cache type `code` (module docstring)."""
     D = x.shape[0]
-    bb = (34, 18, 20, 22, 24)[code - Q8_0]
+    bb = BLOCK_BYTES[code - Q8_0]
     for b in range(D // 32):
         o = 32 * b
         q = b * bb
@@ -101,6 +157,8 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
             _put16(dst, q, tmp_d16[0, 0])
             for j in range(32):
                 dst[q + 2 + j] = np.uint8(np.int32(tmp_qs[0, j]) & 0xFF)
+        elif code == IQ4_NL:
+            _quantize_iq4_nl_block(x, o, dst, q, tmp_qs)
         elif code == Q4_0 or code == Q5_0:
             mx = _amax_max(x, o)
             d = np.float32(mx / np.float32(-8.0 if code == Q4_0 else -16.0))
@@ -189,7 +247,7 @@ def dequantize_row(code, src, out):
         for d in range(D):
             out[d] = bf16_to_f32(src[d])
         return
-    bb = (34, 18, 20, 22, 24)[code - Q8_0]
+    bb = BLOCK_BYTES[code - Q8_0]
     for b in range(D // 32):
         q = b * bb
         dd = f16_to_f32(read_u16(src, q))
@@ -200,6 +258,10 @@ def dequantize_row(code, src, out):
             for j in range(16):
                 out[32 * b + j] = np.float32(np.float32(np.int32(src[q + 2 + j] & 15) - 8) * dd)
                 out[32 * b + 16 + j] = np.float32(np.float32(np.int32(src[q + 2 + j] >> 4) - 8) * dd)
+        elif code == IQ4_NL:
+            for j in range(16):
+                out[32 * b + j] = np.float32(dd * np.float32(KVALUES_IQ4NL[np.int32(src[q + 2 + j] & 15)]))
+                out[32 * b + 16 + j] = np.float32(dd * np.float32(KVALUES_IQ4NL[np.int32(src[q + 2 + j] >> 4)]))
         elif code == Q4_1:
             m = f16_to_f32(read_u16(src, q + 2))
             for j in range(16):
@@ -260,6 +322,47 @@ def _hsum8(a):
 
 
 @jit
+def _score_iq4_nl(krow, qq, qd, acc2, acc):
+    """ggml_vec_dot_iq4_nl_q8_0 (AVX2): blocks in pairs, 8 int32 lanes of 4 elements each, acc1 (even blocks,
+    `acc`) and acc2 (odd, `acc2`[:8]) = fma(dy*dx, lane, acc); hsum_float_8(acc1 + acc2); an odd last block
+    scalar: + d * (sumi1 + sumi2)."""
+    nb = qq.shape[0] // 32
+    acc[:] = 0
+    for lane in range(8):
+        acc2[lane] = 0
+    ib = 0
+    while ib + 1 < nb:
+        for k in range(2):
+            b = ib + k
+            dd = np.float32(qd[b] * f16_to_f32(read_u16(krow, 18 * b)))
+            for lane in range(8):
+                s = np.int32(0)
+                for i in range(4):
+                    e = 4 * lane + i
+                    byte = krow[18 * b + 2 + (e % 16)]
+                    nib = np.int32(byte & 15) if e < 16 else np.int32(byte >> 4)
+                    w = np.int32(KVALUES_IQ4NL[nib])
+                    s += w * np.int32(qq[32 * b + e])
+                if k == 0:
+                    acc[lane] = fma_f32(dd, np.float32(s), acc[lane])
+                else:
+                    acc2[lane] = fma_f32(dd, np.float32(s), acc2[lane])
+        ib += 2
+    for lane in range(8):
+        acc[lane] = np.float32(acc[lane] + acc2[lane])
+    sumf = _hsum8(acc)
+    for b in range(ib, nb):
+        dd = np.float32(qd[b] * f16_to_f32(read_u16(krow, 18 * b)))
+        si = np.int32(0)
+        for j in range(16):
+            byte = krow[18 * b + 2 + j]
+            si += np.int32(qq[32 * b + j]) * np.int32(KVALUES_IQ4NL[np.int32(byte & 15)])
+            si += np.int32(qq[32 * b + 16 + j]) * np.int32(KVALUES_IQ4NL[np.int32(byte >> 4)])
+        sumf = np.float32(sumf + np.float32(dd * np.float32(si)))
+    return sumf
+
+
+@jit
 def score(code, krow, qq, qd, qs, q16, c1, c2, acc):
     """K's vec_dot of one cell row krow with the prepared query (prepare_query); c1, c2 (16,), acc (8,)
     float32 scratch."""
@@ -275,7 +378,9 @@ def score(code, krow, qq, qd, qs, q16, c1, c2, acc):
         for i in range(npart, D):
             s += np.float64(np.float32(bf16_to_f32(krow[i]) * bf16_to_f32(q16[i])))
         return np.float32(s)
-    bb = (34, 18, 20, 22, 24)[code - Q8_0]
+    bb = BLOCK_BYTES[code - Q8_0]
+    if code == IQ4_NL:
+        return _score_iq4_nl(krow, qq, qd, c1, acc)
     acc[:] = 0
     summs = np.float32(0.0)
     for b in range(D // 32):

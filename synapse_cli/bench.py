@@ -27,8 +27,8 @@ appended to a llama-bench database.
 
 Decisions (documented in benchmarks/RESULTS.md): `backends` is "CPU" (synapse computes what ggml's CPU
 backend computes, so rows line up with llama-bench's CPU rows); `build_commit` is synapse's git commit;
-`flash_attn` is what -fa asked for (llama_flash_attn_type; synapse's default is 0, off, where llama-bench's is
--1, auto) and `repack` true (weights are repacked at load); the other GPU/placement fields keep llama-bench's
+`flash_attn` is what -fa asked for (llama_flash_attn_type; default -1, auto, which computes as on, as
+llama-bench's does on CPU) and `repack` true (weights are repacked at load); the other GPU/placement fields keep llama-bench's
 defaults.
 """
 
@@ -261,7 +261,7 @@ class Instance:
     type_k: str
     type_v: str
     n_threads: int
-    flash_attn: int = 0  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
+    flash_attn: int = -1  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
 
     @property
     def test_name(self) -> str:
@@ -309,9 +309,8 @@ class BenchParams:
     n_ubatch: list[int] = field(default_factory=lambda: list(DEFAULT_N_UBATCH))
     # (type_k, type_v) pairs in llama-bench's `for tk: for tv:` order
     cache_types: list[tuple[str, str]] = field(default_factory=lambda: [("f16", "f16")])
-    # -fa values as llama_flash_attn_type (-1 auto, 0 off, 1 on); synapse's default is off (README)
-    flash_attn: list[int] = field(default_factory=lambda: [0])
-    flash_attn_given: bool = False
+    # -fa values as llama_flash_attn_type (-1 auto, 0 off, 1 on); auto computes as on (llama.cpp's CPU backend)
+    flash_attn: list[int] = field(default_factory=lambda: [-1])
     reps: int = DEFAULT_REPS
     no_warmup: bool = False
     progress: bool = False
@@ -807,8 +806,7 @@ def _join(xs: Iterable) -> str:
 
 
 def llama_bench_args(p: BenchParams) -> list[str]:
-    """llama-bench arguments that reproduce `p`'s test matrix, with JSON on stdout (-fa as synapse runs it:
-    off unless -fa was given)."""
+    """llama-bench arguments that reproduce `p`'s test matrix, with JSON on stdout."""
     args: list[str] = []
     for m in p.models:
         args += ["-m", m]
@@ -1052,7 +1050,7 @@ class MarkdownPrinter(Printer):
             cols.append("type_k")
         if p.type_v != DEFAULT_CACHE_TYPE:
             cols.append("type_v")
-        if p.flash_attn_given:
+        if p.flash_attn != [-1]:  # llama-bench: shown unless the default (auto) alone
             cols.append("flash_attn")
         cols += ["test", "t/s"]
         if "roofline_pct" in self.extras:

@@ -190,8 +190,6 @@ def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int)
     from kernels.kv_cache import KV_TYPES, QUANTIZED
 
     for flag, t in (("-ctk", type_k), ("-ctv", type_v)):
-        if t == "iq4_nl":
-            raise ModelError(f"{flag} iq4_nl: this KV cache type is not supported yet")
         if t not in KV_TYPES:
             raise ModelError(f"{flag} {t}: unsupported KV cache type (synapse: {', '.join(KV_TYPES)})")
     if not flash_attn:

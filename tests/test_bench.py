@@ -374,8 +374,7 @@ def _invoke(args):
     (["-m", str(TINY), "-o", "xml"], "unknown output format"),
     (["-m", str(TINY), "-pg", "512"], "-pg"),
     (["-m", str(TINY), "-r", "0"], "-r"),
-    (["-m", str(TINY), "-ctk", "q8_0"], "-ctk"),
-    (["-m", str(TINY), "-ctk", "f16", "-ctv", "f32"], "equal"),
+    (["-m", str(TINY), "-ctk", "q9_0"], "-ctk"),
     (["-m", str(TINY), "-p", "0", "-n", "0"], "no tests"),
     (["-m", str(TINY), "--compare", "/nonexistent/llama-bench"], "--compare"),
 ])
@@ -385,6 +384,14 @@ def test_bad_input_is_one_stderr_line(args, needle):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_quantized_v_without_flash_attention_fails_as_llama_bench():
+    """llama-bench prints its table header, then fails to create the context: one line on stderr, exit 1."""
+    r = _invoke(["-m", str(TINY), "-ctv", "q8_0", "-fa", "off", "-p", "8", "-n", "0", "-r", "1", "--no-roofline"])
+    assert r.exit_code == 1 and _md_rows(r.stdout)[0][-1] == "t/s" and len(_md_rows(r.stdout)) == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "quantized V cache requires flash_attn to be enabled" in lines[0]
 
 
 def test_defaults_are_llama_bench_defaults(monkeypatch):
@@ -404,7 +411,8 @@ def test_defaults_are_llama_bench_defaults(monkeypatch):
     r = _invoke(["-m", f"{TINY},{TINY}", "-t", "1", "-t", "1-1", "-ctv", "f32", "-p", "8,16", "-pg", "4,2"])
     assert r.exit_code == 0, r.stderr
     p = seen["p"]
-    assert p.models == [str(TINY)] * 2 and p.n_threads == [1, 1] and p.cache_types == [("f32", "f32")]
+    assert p.models == [str(TINY)] * 2 and p.n_threads == [1, 1] and p.cache_types == [("f16", "f32")]
+    assert p.flash_attn == [-1]  # auto
     assert p.n_prompt == [8, 16] and p.n_pg == [(4, 2)]
 
 
@@ -509,7 +517,7 @@ def test_compare_runs_llama_bench_with_same_parameters(tmp_path):
     argv = json.loads(log.read_text())
     pairs = dict(zip(argv[::2], argv[1::2]))  # every llama-bench flag here takes one value
     assert pairs["-m"] == str(TINY) and pairs["-p"] == "128" and pairs["-n"] == "32" and pairs["-t"] == "1"
-    assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "off" and pairs["-ctk"] == "f16"
+    assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "auto" and pairs["-ctk"] == "f16"
     ref = {(x["n_prompt"], x["n_gen"]): x["avg_ts"] for x in json.loads(fixture.read_text())}
     ours = json.loads(r.stdout)
     for o in ours:

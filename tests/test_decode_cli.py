@@ -26,9 +26,10 @@ def test_json_matches_llama_greedy(stem, cache):
     """Files whose every top1-top2 gap exceeds our measured deviation: the whole run must match."""
     suffix = "__kvf32" if cache == "f32" else ""
     rec = json.loads((FIXTURES / "tiny" / "greedy" / f"{stem}__pub{suffix}.json").read_text())
-    r = _run("-m", TINY / f"{stem}.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-ctk", cache, "-ctv", cache, "--json")
+    r = _run("-m", TINY / f"{stem}.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-ctk", cache, "-ctv", cache,
+             "-fa", "off", "--json")  # the fixtures: llama-completion -fa off
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["prompt_ids"] == rec["prompt_ids"]
     assert out["generated_ids"] == rec["generated_ids"]
     assert out["stop"] == "limit"
@@ -39,7 +40,7 @@ def test_json_matches_llama_greedy(stem, cache):
 
 def test_text_output_and_perf_lines(tmp_path):
     r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "8",
-                                 "-ctk", "f32", "-ctv", "f32"])
+                                 "-ctk", "f32", "-ctv", "f32", "-fa", "off"])
     assert r.exit_code == 0, r.output
     rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-F32__pub__kvf32.json").read_text())
     from tokenizer import load_tokenizer
@@ -57,21 +58,21 @@ def test_prompt_file_strips_one_newline_and_no_display_prompt(tmp_path):
     f = tmp_path / "p.txt"
     f.write_text(PROMPT + "\n")
     r = _run("-m", TINY / "tiny-llama-F32.gguf", "-f", f, "-n", 2, "--json")
-    assert json.loads(r.output)["prompt_ids"] == [1, 623, 645, 268, 389, 388, 451]
+    assert json.loads(r.stdout)["prompt_ids"] == [1, 623, 645, 268, 389, 388, 451]
     r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "2", "--no-display-prompt"])
     assert r.exit_code == 0 and PROMPT not in r.stdout
 
 
 def test_escapes_processed_unless_no_escape():
-    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json").output)
-    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json", "--no-escape").output)
+    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json").stdout)
+    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json", "--no-escape").stdout)
     assert a["prompt_ids"] != b["prompt_ids"]
     assert 13 in a["prompt_ids"]  # <0x0A>: the newline byte token of the tiny SPM vocabulary
 
 
 def test_context_full_stops_with_reason():
     r = _run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", -1, "-c", 256, "--json", "--ignore-eos")
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["stop"] == "ctx"
     assert len(out["prompt_ids"]) + len(out["generated_ids"]) == 256
 
@@ -94,8 +95,8 @@ def test_bad_input_is_one_clear_line(args, msg):
 def test_real_model_generates_llama_tokens():
     model = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
     rec = json.loads((FIXTURES / "real" / "greedy" / "SmolLM2-135M-Instruct.Q4_1__p1_plain.json").read_text())
-    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "--json")
-    out = json.loads(r.output)
+    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "-fa", "off", "--json")
+    out = json.loads(r.stdout)
     assert out["prompt_ids"] == rec["prompt_ids"]
     # the first steps have top-2 gaps far above llama.cpp's own batch noise: they must agree
     assert out["generated_ids"][:8] == rec["generated_ids"][:8]
@@ -109,9 +110,10 @@ def test_llama_batch_order_reproduces_llama_cpp_exactly(prompt):
     the longer prompts (README, "Agreement")."""
     model = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
     rec = json.loads((FIXTURES / "real" / "greedy" / f"SmolLM2-135M-Instruct.Q4_1__{prompt}.json").read_text())
-    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "-t", 2, "--llama-batch-order", "--json")
+    r = _run("-m", model, "-p", rec["prompt"], "-n", 32, "-c", 4096, "-t", 2, "--llama-batch-order", "-fa", "off",
+             "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["prompt_ids"] == rec["prompt_ids"]
     assert out["generated_ids"] == rec["generated_ids"]
     assert out["text"] == rec["text"]
@@ -153,13 +155,13 @@ def test_flash_attention_prompt_in_any_split_equals_token_by_token(fa):
     one = np.stack([ctx.decode([t]) for t in ids])
     assert np.array_equal(whole, one)
     r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 4, "-fa", fa, "-no-cnv", "--json")
-    assert r.exit_code == 0 and len(json.loads(r.output)["generated_ids"]) == 4
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["generated_ids"]) == 4
 
 
 def test_quantized_v_cache_enables_flash_attention_unless_it_is_off():
     """llama.cpp's default -fa auto turns flash attention on for a quantized V cache; -fa off is an error."""
     r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 2, "-ctk", "q8_0", "-ctv", "q8_0", "--json")
-    assert r.exit_code == 0 and len(json.loads(r.output)["generated_ids"]) == 2
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["generated_ids"]) == 2
     r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-Q8_0.gguf"), "-p", "x", "-ctv", "q8_0",
                                  "-fa", "off"])
     assert r.exit_code != 0 and "quantized V cache requires flash_attn" in r.stderr

@@ -93,7 +93,7 @@ def test_cli_diff_live_against_log_exit_code():
     log = FIXTURES / "tiny" / "evalcb" / "tiny-llama-Q8_0__pub__kvf16.log"
     model = FIXTURES / "tiny" / "models" / "tiny-llama-Q8_0.gguf"
     r = CliRunner().invoke(cli, ["eval-callback", "diff", "--model", str(model), "--prompt",
-                                 "Hello world, the quick brown fox", "-t", "2", str(log)])
+                                 "Hello world, the quick brown fox", "-t", "2", "-fa", "off", str(log)])
     assert r.exit_code == 0, r.output
     assert "no divergence" in r.output
 
@@ -107,7 +107,7 @@ def test_cli_diff_live_smollm2_clean_verdict():
 
     name = "SmolLM2-135M-Instruct.Q4_1"
     r = CliRunner().invoke(cli, ["eval-callback", "diff", "--model", str(real_model_path(name + ".gguf")),
-                                 "--prompt", "The capital of France is",
+                                 "--prompt", "The capital of France is", "-fa", "off",
                                  str(FIXTURES / "real" / "evalcb" / f"{name}__pub.log")])
     assert r.exit_code == 0, r.output[-2000:]
     assert "no divergence; 876 of 876 tensors within 1e-4" in r.output

@@ -58,3 +58,20 @@ def test_rows_do_not_depend_on_the_batch():
     for t in range(9):
         one = _run((q[t:t + 1], k, v, kv_pos, q_pos[t:t + 1]), 256, False)
         assert np.array_equal(one[0], whole[t])
+
+
+@pytest.mark.parametrize("H,Hkv,D", [(4, 4, 64), (4, 2, 64), (9, 3, 64), (14, 2, 64), (12, 2, 128), (32, 8, 128)])
+def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
+    """flash_attn_ext's one-row path (query heads of a KV head together, 16-lane F16 accumulator) gives the bits
+    of the scalar port of ggml's loop (`_row_chunk`, one row at a time), at any thread count; the scores grow
+    along the cells so that later cells keep raising the running maximum (the rescaling branch)."""
+    from kernels.flash_attn import _flash_attn_ext
+
+    q, k, v, kv_pos, q_pos = _case(5, 512, H, Hkv, D, seed=H + D)
+    ramp = (np.linspace(0.0, 4.0, 512, dtype=np.float32)[:, None, None] * np.ones((1, Hkv, D), np.float32))
+    k = (k.view(np.float16).astype(np.float32) + ramp).astype(np.float16).view(np.uint16)
+    want = np.empty((q.shape[0], H * D), np.float32)
+    _flash_attn_ext(q, k, v, 512, kv_pos, q_pos, np.float32(0.125), want, PATH_ONE_ROW, 1)
+    for threads in (1, 2, 3):
+        got = _run((q, k, v, kv_pos, q_pos), 512, False, threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads

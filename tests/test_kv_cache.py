@@ -53,8 +53,8 @@ def test_cache_type_rules():
         Context(model, n_ctx=256, cache_type_k="f16", cache_type_v="q8_0")
     with pytest.raises(ModelError, match="without flash attention"):
         Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="f16")
-    with pytest.raises(ModelError, match="iq4_nl"):
-        Context(model, n_ctx=256, cache_type_k="iq4_nl", cache_type_v="iq4_nl", flash_attn=True)
+    with pytest.raises(ModelError, match="q9_0"):
+        Context(model, n_ctx=256, cache_type_k="q9_0", cache_type_v="f16", flash_attn=True)
     ctx = Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="q4_1", flash_attn=True)
     assert ctx.rot_k == 64 and ctx.rot_v == 64
     assert ctx.decode([1, 2, 3]).shape == (model.hparams.n_vocab,)

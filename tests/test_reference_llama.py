@@ -123,8 +123,10 @@ def _log_args(stem: str) -> list[str]:
         args += ["-ub", "8"]
     if stem.endswith("__fa"):
         args += ["-fa", "on"]
-    if "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type>
+    elif "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type>
         args += ["-fa", "on", "-ctk", stem.split("__ctk-")[1].split("__")[0], "-ctv", stem.split("__ctv-")[1]]
+    else:
+        args += ["-fa", "off"]
     return args
 
 

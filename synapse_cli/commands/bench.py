@@ -17,6 +17,8 @@ import os
 
 import click
 
+from .llama_flags import KV_CACHE_TYPES
+
 from ..errors import SynapseError
 
 
@@ -66,10 +68,12 @@ def available_threads() -> tuple[int, int]:
 @click.option("-d", "--n-depth", "n_depth", multiple=True, metavar="N", help="Tokens already in the KV cache (default 0).")
 @click.option("-b", "--batch-size", "n_batch", multiple=True, metavar="N", help="Logical batch size (default 2048).")
 @click.option("-ub", "--ubatch-size", "n_ubatch", multiple=True, metavar="N", help="Micro-batch size (default 512).")
-@click.option("-ctk", "--cache-type-k", "type_k", multiple=True, metavar="f16|f32", help="K cache type (default f16).")
-@click.option("-ctv", "--cache-type-v", "type_v", multiple=True, metavar="f16|f32", help="V cache type (default: as -ctk).")
+@click.option("-ctk", "--cache-type-k", "type_k", multiple=True, metavar="TYPE",
+              help="K cache types, comma list (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; default f16).")
+@click.option("-ctv", "--cache-type-v", "type_v", multiple=True, metavar="TYPE",
+              help="V cache types, comma list (default f16; quantized types need flash attention).")
 @click.option("-fa", "--flash-attn", "flash_attn", multiple=True, metavar="on|off|auto",
-              help="Flash attention, comma list (llama-bench's values; synapse's default: off).")
+              help="Flash attention, comma list (default auto: on, as llama-bench on CPU).")
 @click.option("-t", "--threads", "n_threads", multiple=True, metavar="N", help="Threads, e.g. 2 or 1,2 or 1-2 (default: available CPUs).")
 @click.option("-r", "--repetitions", "reps", default="5", metavar="N", help="Repetitions of each test (default 5).")
 @click.option("-o", "--output", "output", default="md", metavar="md|csv|json|jsonl|sql", help="Output format on stdout (default md).")
@@ -109,23 +113,12 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         except ValueError as e:
             raise click.ClickException(f"-pg: {e}") from None
 
-    kinds = {"f16", "f32"}
-    tk, tv = _split(type_k), _split(type_v)
+    tk, tv = _split(type_k) or ["f16"], _split(type_v) or ["f16"]
     for flag, lst in (("-ctk", tk), ("-ctv", tv)):
-        bad = [t for t in lst if t not in kinds]
+        bad = [t for t in lst if t not in KV_CACHE_TYPES]
         if bad:
-            raise click.ClickException(f"{flag}: unsupported cache type {bad[0]!r} (synapse has f16 and f32)")
-    if tk and not tv:
-        pairs = [(t, t) for t in tk]
-    elif tv and not tk:
-        pairs = [(t, t) for t in tv]
-    elif tk and tv:
-        pairs = [(a, b) for a in tk for b in tv]
-        if any(a != b for a, b in pairs):
-            raise click.ClickException("-ctk/-ctv: synapse's KV cache needs equal K and V types; "
-                                       "give one type to both (or only -ctk)")
-    else:
-        pairs = [("f16", "f16")]
+            raise click.ClickException(f"{flag}: invalid cache type {bad[0]!r} ({', '.join(KV_CACHE_TYPES)})")
+    pairs = [(a, b) for a in tk for b in tv]  # llama-bench: for type_k: for type_v
 
     fa_values = {"on": 1, "1": 1, "true": 1, "enabled": 1, "off": 0, "0": 0, "false": 0, "disabled": 0,
                  "auto": -1, "-1": -1}
@@ -153,7 +146,7 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
         n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
         n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
-        cache_types=pairs, flash_attn=fa or [0], flash_attn_given=bool(fa), reps=r, no_warmup=no_warmup, progress=progress, output=output,
+        cache_types=pairs, flash_attn=fa or [-1], reps=r, no_warmup=no_warmup, progress=progress, output=output,
         roofline=not no_roofline, compare=compare,
     )
     if not B.make_instances(params):

@@ -15,7 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
-from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
+from .llama_flags import announce_flash_attn, cache_type_options, flash_attn_option, resolve_flash_attn
 
 
 def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
@@ -113,7 +113,8 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
-                        batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn, cache_type_v))
+                        batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn))
+    announce_flash_attn(flash_attn, cache_type_v)
     tok = sess.tokenizer
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     result = Generation(list(prompt_ids))

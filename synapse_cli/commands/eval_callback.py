@@ -21,7 +21,7 @@ import click
 
 from .. import evalcb
 from ..errors import SynapseError
-from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
+from .llama_flags import announce_flash_attn, cache_type_options, flash_attn_option, resolve_flash_attn
 
 
 
@@ -48,7 +48,7 @@ def _run_options(f):
 
 
 def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn):
-    return evalcb.run_live(
+    tokens = evalcb.run_live(
         model,
         prompt,
         threads=threads,
@@ -58,8 +58,10 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
         hook=recorder,
-        flash_attn=resolve_flash_attn(flash_attn, cache_type_v),
+        flash_attn=resolve_flash_attn(flash_attn),
     )
+    announce_flash_attn(flash_attn, cache_type_v)
+    return tokens
 
 
 @click.group(

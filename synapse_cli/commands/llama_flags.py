@@ -6,24 +6,31 @@ import click
 
 
 def flash_attn_option(f):
-    """-fa/--flash-attn on|off|auto (llama.cpp's common argument)."""
+    """-fa/--flash-attn on|off|auto (llama.cpp's common argument, default auto)."""
     return click.option(
-        "-fa", "--flash-attn", type=click.Choice(["on", "off", "auto"]), default=None,
-        help="Flash attention, as llama.cpp's -fa: on and auto (auto enables it on CPU) compute llama.cpp's "
-             "FLASH_ATTN_EXT graph, off its soft_max graph. Without -fa synapse computes the -fa off graph "
-             "(llama.cpp's default is auto; see README, \"Agreement with llama.cpp\").")(f)
+        "-fa", "--flash-attn", type=click.Choice(["on", "off", "auto"]), default="auto", show_default=True,
+        help="Flash attention, as llama.cpp's -fa: on and auto (auto enables it on CPU, as llama.cpp does) "
+             "compute llama.cpp's FLASH_ATTN_EXT graph, off its soft_max graph.")(f)
 
 
-def resolve_flash_attn(value: str | None, cache_type_v: str = "f16") -> bool:
-    """-fa on / auto: flash attention (llama.cpp's CPU backend resolves auto to enabled); off: not; no flag: not,
-    unless the V cache is quantized (llama.cpp's default auto then enables it: "enabling flash_attn since it is
-    required for quantized V cache")."""
-    if value is None:
-        return cache_type_v in ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+def resolve_flash_attn(value: str) -> bool:
+    """-fa on / auto: flash attention (llama.cpp's CPU backend resolves auto to enabled); off: not (a quantized
+    V cache then fails when the context is created, with llama.cpp's error)."""
     return value in ("on", "auto")
 
 
-# llama.cpp's -ctk/-ctv values (common/arg.cpp kv_cache_types); iq4_nl is refused when a model is opened
+def announce_flash_attn(value: str, cache_type_v: str) -> None:
+    """What llama.cpp logs on stderr when its context resolves -fa auto (call once the context exists)."""
+    from kernels.kv_cache import QUANTIZED  # (numba: imported once a model is open)
+
+    if value != "auto":
+        return
+    if cache_type_v in QUANTIZED:
+        click.echo("llama_init_from_model: enabling flash_attn since it is required for quantized V cache", err=True)
+    click.echo("resolve_fused_ops: Flash Attention enabled", err=True)
+
+
+# llama.cpp's -ctk/-ctv values (common/arg.cpp kv_cache_types)
 KV_CACHE_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
