@@ -1038,7 +1038,7 @@ def run_live(
     cache_type_k: str,
     cache_type_v: str,
     hook: Callable[..., None],
-    flash_attn: bool = False,
+    flash_attn: bool = True,
 ) -> list[int]:
     """Decode `prompt` as one batch the way llama-eval-callback does and call `hook` for every graph
     node (see `TraceRecorder.__call__`). Tokenization: BOS added per the vocabulary, special tokens

@@ -215,7 +215,7 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
-                 batch_invariant: bool = True, flash_attn: bool = False):
+                 batch_invariant: bool = True, flash_attn: bool = True):
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train

@@ -63,7 +63,7 @@ def warm_up(ctx: Context, show_progress: bool = True) -> None:
 def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubatch: int = 512,
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
-                 flash_attn: bool = False) -> Session:
+                 flash_attn: bool = True) -> Session:
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 

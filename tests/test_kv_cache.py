@@ -50,9 +50,9 @@ def test_fwht_is_the_orthonormal_hadamard_transform():
 def test_cache_type_rules():
     model = Model.load(FIXTURES / "tiny" / "models" / "tiny-llama-Q8_0.gguf")
     with pytest.raises(ModelError, match="quantized V cache requires flash_attn"):
-        Context(model, n_ctx=256, cache_type_k="f16", cache_type_v="q8_0")
+        Context(model, n_ctx=256, cache_type_k="f16", cache_type_v="q8_0", flash_attn=False)
     with pytest.raises(ModelError, match="without flash attention"):
-        Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="f16")
+        Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="f16", flash_attn=False)
     with pytest.raises(ModelError, match="q9_0"):
         Context(model, n_ctx=256, cache_type_k="q9_0", cache_type_v="f16", flash_attn=True)
     ctx = Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="q4_1", flash_attn=True)

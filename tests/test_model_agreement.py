@@ -58,7 +58,8 @@ def _run_forced(model: Model, rec: dict, cache: str, batch_invariant: bool = Tru
     """Logits after the prompt batch, then after each recorded generated id (teacher forcing)."""
     s = rec["settings"]
     ctx = Context(model, n_ctx=s["n_ctx"], n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                  cache_type_k=cache, cache_type_v=cache, n_threads=2, batch_invariant=batch_invariant)
+                  cache_type_k=cache, cache_type_v=cache, n_threads=2, batch_invariant=batch_invariant,
+                  flash_attn=False)  # the fixtures: llama.cpp -fa off
     out = [ctx.decode(rec["prompt_ids"]).copy()]
     for tok in rec["generated_ids"][:-1]:
         out.append(ctx.decode([tok]).copy())

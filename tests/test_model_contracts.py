@@ -27,10 +27,12 @@ def _load(name: str) -> Model:
     return Model.load(FIXTURES / "tiny" / "models" / f"{name}.gguf")
 
 
-def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None, prompt: list[int] = PROMPT):
+def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None, prompt: list[int] = PROMPT,
+         fa: bool = True):
     """All-token logits of `prompt` evaluated in micro-batches of n_ubatch (or llama_decode calls of
     step_tokens tokens each), plus the filled part of every layer's KV cache."""
-    ctx = Context(model, n_ctx=256, n_batch=512, n_ubatch=n_ubatch, cache_type_k=cache, cache_type_v=cache)
+    ctx = Context(model, n_ctx=256, n_batch=512, n_ubatch=n_ubatch, cache_type_k=cache, cache_type_v=cache,
+                  flash_attn=fa)
     step = step_tokens or len(prompt)
     logits = [ctx.decode(prompt[s : s + step], all_logits=True) for s in range(0, len(prompt), step)]
     return np.concatenate(logits), [k.copy() for k in ctx.k_cache], [v.copy() for v in ctx.v_cache]
@@ -38,11 +40,12 @@ def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("cache", ["f16", "f32"])
-def test_prefill_split_equals_token_by_token(name, cache):
+@pytest.mark.parametrize("fa", [True, False], ids=["fa", "no-fa"])
+def test_prefill_split_equals_token_by_token(name, cache, fa):
     model = _load(name)
-    ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache=cache, step_tokens=1)
+    ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache=cache, step_tokens=1, fa=fa)
     for n_ubatch, step in ((512, None), (3, None), (4, 5), (1, None)):
-        logits, ks, vs = _run(model, n_ubatch, cache, step)
+        logits, ks, vs = _run(model, n_ubatch, cache, step, fa=fa)
         bad = np.argwhere(logits != ref_logits)
         assert bad.size == 0, f"ubatch {n_ubatch}/step {step}: logits differ first at (token, id) {bad[0]}"
         for il, (a, b) in enumerate(zip(ks, ref_k)):
