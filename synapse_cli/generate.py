@@ -62,6 +62,14 @@ def argmax_first(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
 
 
+def check_prompt(ctx: Context, prompt_ids: list[int]) -> None:
+    """llama-completion's checks before anything is printed: a prompt, and room for it in the context."""
+    if not prompt_ids:
+        raise SynapseError("input is empty")
+    if len(prompt_ids) > ctx.n_ctx - 4:
+        raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx - 4})")
+
+
 def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
                     ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
     """Yield generated ids; fill `result` (stop reason, timings) as it goes.
@@ -69,10 +77,10 @@ def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog:
     n_predict < 0 means no limit (until end of generation or a full context), as llama.cpp's -n -1.
     """
     g = result if result is not None else Generation(list(prompt_ids))
-    if not prompt_ids:
-        raise SynapseError("input is empty")
-    if len(prompt_ids) > ctx.n_ctx - 4:
-        raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx - 4})")
+    check_prompt(ctx, prompt_ids)
+    if n_predict == 0:  # llama-completion -n 0 evaluates nothing
+        g.stop = "limit"
+        return
     t0 = time.perf_counter()
     logits = None
     for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
@@ -90,15 +98,14 @@ def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog:
                 tok = argmax_first(masked)
         g.generated_ids.append(tok)
         n_gen += 1
+        # the stop reason is set before the id is handed out: a caller that stops at an end-of-generation
+        # token (and so never resumes this generator) still finds it
+        stop = "eos" if is_eog(tok) else "limit" if 0 <= n_predict <= n_gen else \
+            "ctx" if ctx.n_past + 1 >= ctx.n_ctx else None
+        if stop is not None:
+            g.stop = stop
         yield tok
-        if is_eog(tok):
-            g.stop = "eos"
-            return
-        if 0 <= n_predict <= n_gen:
-            g.stop = "limit"
-            return
-        if ctx.n_past + 1 >= ctx.n_ctx:
-            g.stop = "ctx"
+        if stop is not None:
             return
         t1 = time.perf_counter()
         logits = ctx.decode([tok])

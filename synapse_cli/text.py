@@ -1,4 +1,5 @@
-"""Text helpers shared by the commands: llama.cpp's escape processing of `-p` arguments.
+"""Text helpers shared by the commands: the prompt as llama.cpp's common arguments read it, and llama.cpp's
+escape processing.
 
 Mirrors common/common.cpp `string_process_escapes`: it works on the UTF-8 bytes, turns \\n \\r \\t
 \\' \\" \\\\ and \\xHH into their bytes (HH as strtol reads two characters), and leaves any other
@@ -57,3 +58,30 @@ def _strtol_hex2(two: bytes) -> int | None:
 def process_escapes(text: str) -> str:
     """Escape-process `text`; bytes that do not form valid UTF-8 (from \\xHH) are kept via surrogateescape."""
     return process_escapes_bytes(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+def read_prompt(prompt: str | None, file: str | None, escape: bool) -> bytes | None:
+    """The prompt as common_params_parse leaves it (common/arg.cpp): -p's bytes as given on the command line,
+    or -f's file with one trailing newline stripped; then, unless --no-escape, escapes processed (in both
+    cases, as llama.cpp does). Raw bytes: llama.cpp tokenizes what it gets, valid UTF-8 or not. None when
+    neither is given."""
+    import os
+
+    from .errors import SynapseError
+
+    if prompt is not None and file is not None:
+        raise SynapseError("give either -p/--prompt or -f/--file, not both")
+    if file is not None:
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SynapseError(f"failed to open file '{file}': {e.strerror or e}") from None
+        if data.endswith(b"\n"):
+            data = data[:-1]
+    elif prompt is not None:
+        data = os.fsencode(prompt)  # the argv bytes (Python keeps undecodable ones as surrogates)
+    else:
+        return None
+    return process_escapes_bytes(data) if escape else data
+

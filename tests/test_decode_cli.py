@@ -166,3 +166,42 @@ def test_quantized_v_cache_enables_flash_attention_unless_it_is_off():
                                  "-fa", "off"])
     assert r.exit_code != 0 and "quantized V cache requires flash_attn" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.real
+def test_end_of_generation_is_reported_and_marked():
+    """A chat prompt the model answers and closes: the run stops at the EOS token, says "eos", and text mode
+    ends as llama-completion's does (" [end of text]" then the closing empty lines)."""
+    model = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")
+    p = r"<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    out = json.loads(_run("-m", model, "-p", p, "-n", 40, "--json").stdout)
+    assert out["stop"] == "eos" and out["generated_ids"][-1] == 2 and len(out["generated_ids"]) < 40
+    r = _run("-m", model, "-p", p, "-n", 40)
+    assert r.stdout.endswith(" [end of text]\n\n\n")
+
+
+def test_n_predict_zero_generates_nothing():
+    """llama-completion -n 0 runs no generation loop: no token, no prompt echo, only the closing lines."""
+    out = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0, "--json").stdout)
+    assert out["generated_ids"] == [] and out["stop"] == "limit"
+    assert _run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0).stdout == "\n\n"
+
+
+def test_prompt_too_long_fails_before_any_output(tmp_path):
+    f = tmp_path / "long.txt"
+    f.write_text("word " * 400)
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-f", str(f), "-c", "10"])
+    assert r.exit_code != 0 and r.stdout == ""
+    assert "prompt is too long" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_prompt_bytes_that_are_not_utf8_are_tokenized(tmp_path):
+    """-f and -p take raw bytes as llama.cpp does (the same ids as tokenize, which checks against llama-tokenize)."""
+    f = tmp_path / "bad.txt"
+    f.write_bytes(b"ab\xffcd\n")
+    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-f", f, "-n", 1, "--json").stdout)
+    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", r"ab\xffcd", "-n", 1, "--json").stdout)
+    from tokenizer import load_tokenizer
+
+    want = load_tokenizer(TINY / "tiny-llama-F32.gguf").encode(b"ab\xffcd", add_special=True, parse_special=True)
+    assert a["prompt_ids"] == b["prompt_ids"] == want

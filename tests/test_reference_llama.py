@@ -116,6 +116,8 @@ def _log_args(stem: str) -> list[str]:
     """The prompt and flags a reference log was made with (tests/reference/README.md)."""
     if "__license400" in stem:
         prompt = (REF / "prompts" / "license400.txt").read_text().removesuffix("\n")
+    elif "__escapes" in stem:  # llama.cpp processes the escapes of -p (8 tokens, not 11)
+        prompt = r"Hello world\n\tTab\x21"
     else:
         prompt = PROMPT
     args = ["--prompt", prompt]

@@ -146,9 +146,6 @@ def _assert_clean_error(r, needle: str):
 def test_bad_input(tmp_path):
     _assert_clean_error(run(["-m", str(tmp_path / "nope.gguf"), "-p", "x"]), "nope.gguf")
     _assert_clean_error(run(["-m", TINY, "-f", str(tmp_path / "nope.txt")]), "nope.txt")
-    bad = tmp_path / "bad.txt"
-    bad.write_bytes(b"abc\xff\xfe")
-    _assert_clean_error(run(["-m", TINY, "-f", str(bad)]), "not valid UTF-8")
     _assert_clean_error(run(["-m", TINY]), "--prompt")
     novocab = _gguf(tmp_path / "novocab.gguf", **{"general.name": "x"})
     _assert_clean_error(run(["-m", novocab, "-p", "x"]), "no vocabulary")
@@ -180,3 +177,20 @@ def test_fresh_process_imports_no_numba_and_starts_fast():
     mods = eval(p.stderr.rsplit("]", 1)[0] + "]")
     assert mods in ([], ["kernels", "kernels.ggml_type"]), mods  # the GGUF reader's type table only
     assert wall < 2.0, wall  # ~0.4 s on an idle core
+
+
+REF_TOKENIZE = REPO / "tests" / "reference" / "tokenize"
+
+
+@pytest.mark.parametrize("case", ["invalid-utf8-1", "invalid-utf8-2"])
+@pytest.mark.parametrize("model", ["tiny-llama-F32", "SmolLM2-135M-Instruct.Q4_1"])
+def test_invalid_utf8_is_tokenized_as_llama_tokenize_does(case, model):
+    """Bytes that are not valid UTF-8 are tokenized, not refused: llama-tokenize's output byte for byte
+    (tests/reference/README.md), from -f and from the same bytes given with -p."""
+    if model.startswith("tiny"):
+        path = str(FIXTURES / "tiny" / "models" / f"{model}.gguf")
+    else:
+        path = str(real_model_path(f"{model}.gguf"))
+    want = (REF_TOKENIZE / f"{case}.{model}.out").read_bytes()
+    r = run(["-m", path, "-f", str(REF_TOKENIZE / f"{case}.txt")])
+    assert r.exit_code == 0 and r.stdout_bytes == want

@@ -15,30 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
-from .llama_flags import announce_flash_attn, cache_type_options, flash_attn_option, resolve_flash_attn
-
-
-def _read_prompt(prompt: str | None, file: str | None, escape: bool) -> str:
-    from ..text import process_escapes
-
-    if prompt is not None and file is not None:
-        raise SynapseError("give either -p/--prompt or -f/--file, not both")
-    if file is not None:
-        try:
-            with open(file, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise SynapseError(f"failed to open file '{file}': {e.strerror}") from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SynapseError(f"{file}: not valid UTF-8 (byte {e.start})") from None
-        if text.endswith("\n"):  # llama-completion strips one trailing newline from -f files
-            text = text[:-1]
-        return text
-    if prompt is None:
-        return ""
-    return process_escapes(prompt) if escape else prompt
+from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
 
 
 class _BytesOut:
@@ -105,18 +82,21 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         raise SynapseError(f"-t must be >= 1, got {threads}")
     if not os.path.exists(model_path):
         raise SynapseError(f"failed to load model '{model_path}': file not found")
-    text = _read_prompt(prompt, prompt_file, escape)
+    from ..text import read_prompt
 
-    from ..generate import Generation, greedy_generate
+    text = read_prompt(prompt, prompt_file, escape) or b""
+
+    from ..generate import Generation, check_prompt, greedy_generate
     from ..session import open_session
 
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn))
-    announce_flash_attn(flash_attn, cache_type_v)
+    # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     tok = sess.tokenizer
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
+    check_prompt(sess.ctx, prompt_ids)
     result = Generation(list(prompt_ids))
     result.timings.load_ms = sess.load_ms
     result.timings.t_start = sess.t_start
@@ -124,7 +104,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     # the pieces' bytes as they are, like llama-completion (a multi-byte character split over tokens, or bytes
     # that are no valid UTF-8, reach stdout exactly as llama.cpp writes them)
     out = _BytesOut(sys.stdout)
-    if not json_output and not no_display_prompt:
+    if not json_output and not no_display_prompt and n_predict != 0:  # -n 0: llama-completion runs no loop
         shown = b"".join(tok.token_to_piece(i, special=False) for i in prompt_ids)
         out.write(shown)
         out.flush()

@@ -21,6 +21,7 @@ import click
 
 from .. import evalcb
 from ..errors import SynapseError
+from ..text import read_prompt
 from .llama_flags import announce_flash_attn, cache_type_options, flash_attn_option, resolve_flash_attn
 
 
@@ -41,6 +42,8 @@ def _run_options(f):
         click.option("-n", "--n-predict", type=int, default=None, hidden=True),
         click.option("--temp", type=float, default=None, hidden=True),
         flash_attn_option,
+        click.option("-e", "--escape/--no-escape", default=True, show_default=True,
+                     help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -72,8 +75,8 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
 )
 @click.option("-m", "--model", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="GGUF model.")
 @click.option("-p", "--prompt", help="Prompt, decoded as one batch.")
-@click.option("-f", "--file", "prompt_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the prompt from a file.")
+@click.option("-f", "--file", "prompt_file", default=None,
+              help="Read the prompt from a file (one trailing newline stripped).")
 @_run_options
 @click.option("--tensor-filter", "tensor_filter", multiple=True, metavar="REGEX",
               help="Print only tensors whose name matches REGEX at its start (repeatable, like llama-debug).")
@@ -84,7 +87,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
               help="One JSON object per tensor and line: name, op, type, shape (ne), srcs, sum, first, last, values.")
 @click.pass_context
 def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
-            n_predict, temp, flash_attn, tensor_filter, no_values, dump_dir, as_json):
+            n_predict, temp, flash_attn, escape, tensor_filter, no_values, dump_dir, as_json):
     """Print every tensor of the prompt's forward pass in llama-eval-callback's format.
 
     \b
@@ -95,10 +98,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
         return
     if model is None:
         raise click.UsageError("missing -m/--model (or use the 'diff' subcommand)")
-    if prompt_file is not None:
-        if prompt is not None:
-            raise click.UsageError("give either -p/--prompt or -f/--file, not both")
-        prompt = prompt_file.read_text(encoding="utf-8")
+    prompt = read_prompt(prompt, prompt_file, escape)
     if prompt is None:
         raise click.UsageError("missing -p/--prompt")
     recorder = evalcb.TraceRecorder(tensor_filter=evalcb.compile_tensor_filter(tensor_filter), dump_dir=dump_dir)
@@ -131,7 +131,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
-         n_predict, temp, flash_attn, tolerance, occurrence, as_json):
+         n_predict, temp, flash_attn, escape, tolerance, occurrence, as_json):
     """Compare two eval-callback traces tensor by tensor (sums, and printed values).
 
     A and B are logs of llama-eval-callback (`common_debug_cb_eval:` or older `ggml_debug:` lines)
@@ -159,7 +159,7 @@ def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_typ
         if model is not None:
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
-            _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
+            _live_trace(model, read_prompt(prompt, None, escape), threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
             a = recorder.records
             label_a, label_b = f"synapse {model.name}", str(traces[0])
         else:

@@ -28,27 +28,17 @@ class InputError(SynapseError):
     """The prompt or batch input cannot be used."""
 
 
-def _check_utf8(data: bytes, what: str) -> None:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{what} is not valid UTF-8 (byte {e.start}: {e.reason})") from None
-
-
 def _read_prompt(prompt: str | None, file: str | None, use_stdin: bool, escape: bool) -> bytes:
     if use_stdin:
         data = sys.stdin.buffer.read()
-        _check_utf8(data, "standard input")
     elif file is not None:
         try:
             with open(file, "rb") as f:
                 data = f.read()
         except OSError as e:
             raise InputError(f"could not open file '{file}' for reading: {e.strerror or e}") from None
-        _check_utf8(data, f"file '{file}'")
     elif prompt is not None:
-        data = os.fsencode(prompt)  # the argv bytes
-        _check_utf8(data, "the prompt")
+        data = os.fsencode(prompt)  # the argv bytes (llama.cpp tokenizes bytes that are not valid UTF-8 too)
     else:
         raise InputError("must specify one of: --stdin, --file or --prompt")
     return process_escapes(data) if escape else data
