@@ -1150,6 +1150,9 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
         if p.progress:
             print(f"synapse-bench: running {p.compare} for --compare", file=err, flush=True)
         ref = run_llama_bench(p.compare, p)
+        if not ref:
+            print(f"warning: --compare: {p.compare} printed no results; the 'vs llama.cpp' column stays empty",
+                  file=err, flush=True)
 
     bw: dict[int, float] = {}
     notes: list[str] = []

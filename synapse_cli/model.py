@@ -184,7 +184,7 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
 CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
 
 
-def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int) -> None:
+def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int | None) -> None:
     """llama.cpp's rules for -ctk/-ctv (llama_init_from_model) and what synapse computes: without flash
     attention f16 or f32, one type for both; with it any of kv_cache.KV_TYPES, K and V may differ."""
     from kernels.kv_cache import KV_TYPES, QUANTIZED
@@ -202,8 +202,37 @@ def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int)
             raise ModelError("-ctk and -ctv must be the same type without flash attention")
     else:
         for which, t in (("K", type_k), ("V", type_v)):
-            if t in QUANTIZED and head_dim % 32:
+            if t in QUANTIZED and head_dim is not None and head_dim % 32:
                 raise ModelError(f"{which} cache type {t} with block size 32 does not divide n_embd_head={head_dim}")
+
+
+def kv_cache_bytes(hp: HParams, n_ctx: int, cache_type_k: str, cache_type_v: str) -> int:
+    """Bytes of the KV cache of n_ctx cells (every layer, K and V)."""
+    from kernels.kv_cache import KV_TYPES
+
+    per_32 = KV_TYPES[cache_type_k][1] + KV_TYPES[cache_type_v][1]  # bytes per 32 values of K plus of V
+    return hp.n_layer * n_ctx * hp.n_head_kv * hp.n_embd_head // 32 * per_32
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def check_cache_memory(hp: HParams, n_ctx: int, cache_type_k: str, cache_type_v: str) -> None:
+    """Refuse a KV cache larger than the memory there is, with the sizes, before allocating it."""
+    need, avail = kv_cache_bytes(hp, n_ctx, cache_type_k, cache_type_v), available_memory()
+    if avail is not None and need > avail:
+        gib = 1024 ** 3
+        raise ModelError(f"the KV cache of {n_ctx} cells needs {need / gib:.1f} GiB ({cache_type_k}/{cache_type_v}); "
+                         f"this machine has {avail / gib:.1f} GiB of memory available (use a smaller -c)")
 
 
 class Context:
@@ -221,6 +250,7 @@ class Context:
             n_ctx = hp.n_ctx_train
         n_ctx = -(-n_ctx // KV_PAD) * KV_PAD  # llama_context pads n_ctx to a multiple of 256
         check_cache_types(cache_type_k, cache_type_v, flash_attn, hp.n_embd_head)
+        check_cache_memory(hp, n_ctx, cache_type_k, cache_type_v)
         self.model = model
         self.hp = hp
         self.n_ctx = n_ctx

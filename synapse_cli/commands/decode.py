@@ -15,7 +15,7 @@ import sys
 import click
 
 from ..errors import SynapseError
-from .llama_flags import cache_type_options, flash_attn_option, resolve_flash_attn
+from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
 
 
 class _BytesOut:
@@ -66,6 +66,7 @@ def default_threads() -> int:
                    "equal llama.cpp's bit for bit where our kernels follow its order (e.g. SmolLM2), but depend "
                    "on how the prompt is split into batches, as llama.cpp's do.")
 @flash_attn_option
+@ignored_llama_options
 @click.option("-no-cnv", "--no-conversation", "no_conversation", is_flag=True,
               help="Raw completion, no chat template (llama-completion's -no-cnv; what decode always does).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
@@ -80,6 +81,16 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             raise SynapseError(f"{name} must be >= 1, got {val}")
     if threads is not None and threads < 1:
         raise SynapseError(f"-t must be >= 1, got {threads}")
+    import numba
+
+    if threads is not None and threads > numba.config.NUMBA_NUM_THREADS:
+        click.echo(f"note: -t {threads}: using {numba.config.NUMBA_NUM_THREADS} threads (NUMBA_NUM_THREADS, "
+                   "numba's maximum)", err=True)
+    if ctx_size < 0:
+        raise SynapseError(f"-c must be >= 0 (0: the model's training context), got {ctx_size}")
+    from ..model import check_cache_types
+
+    check_cache_types(cache_type_k, cache_type_v, resolve_flash_attn(flash_attn), None)  # before loading
     if not os.path.exists(model_path):
         raise SynapseError(f"failed to load model '{model_path}': file not found")
     from ..text import read_prompt
@@ -94,6 +105,10 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
                         cache_type_v=cache_type_v, show_progress=not json_output,
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn))
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
+    hp = sess.model.hparams
+    if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning
+        click.echo(f"warning: n_ctx_seq ({sess.ctx.n_ctx}) > n_ctx_train ({hp.n_ctx_train}) -- possible training "
+                   "context overflow", err=True)
     tok = sess.tokenizer
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)

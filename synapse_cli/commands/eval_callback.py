@@ -22,7 +22,8 @@ import click
 from .. import evalcb
 from ..errors import SynapseError
 from ..text import read_prompt
-from .llama_flags import announce_flash_attn, cache_type_options, flash_attn_option, resolve_flash_attn
+from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
+                          resolve_flash_attn)
 
 
 
@@ -42,6 +43,7 @@ def _run_options(f):
         click.option("-n", "--n-predict", type=int, default=None, hidden=True),
         click.option("--temp", type=float, default=None, hidden=True),
         flash_attn_option,
+        ignored_llama_options,
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
                      help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
     ]
@@ -67,13 +69,22 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
     return tokens
 
 
+def _check_complete(a, b, label_a: str, label_b: str) -> None:
+    """A trace whose tensors are the first ones of the other's, in the same order, stopped early (a log cut
+    off, a run that died): comparing what is there would report agreement that means nothing."""
+    for short, long_, label in ((a, b, label_a), (b, a, label_b)):
+        if len(short) < len(long_) and [r.name for r in short] == [r.name for r in long_[:len(short)]]:
+            raise SynapseError(f"{label} is incomplete: it ends after {len(short)} of the other trace's "
+                               f"{len(long_)} tensors (at {short[-1].name if short else 'the start'})")
+
+
 @click.group(
     "eval-callback",
     invoke_without_command=True,
     subcommand_metavar="[diff A B | diff --model M --prompt P LOG]",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.option("-m", "--model", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="GGUF model.")
+@click.option("-m", "--model", type=click.Path(dir_okay=False, path_type=Path), help="GGUF model.")
 @click.option("-p", "--prompt", help="Prompt, decoded as one batch.")
 @click.option("-f", "--file", "prompt_file", default=None,
               help="Read the prompt from a file (one trailing newline stripped).")
@@ -101,8 +112,12 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
     prompt = read_prompt(prompt, prompt_file, escape)
     if prompt is None:
         raise click.UsageError("missing -p/--prompt")
-    recorder = evalcb.TraceRecorder(tensor_filter=evalcb.compile_tensor_filter(tensor_filter), dump_dir=dump_dir)
-    tokens = _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
+    try:
+        recorder = evalcb.TraceRecorder(tensor_filter=evalcb.compile_tensor_filter(tensor_filter), dump_dir=dump_dir)
+        tokens = _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder,
+                             flash_attn)
+    except OSError as e:  # --dump-dir that cannot be created or written
+        raise SynapseError(f"--dump-dir {dump_dir}: {e.strerror or e}") from None
     if not tokens:
         raise SynapseError("there are no input tokens to process (try to provide a prompt with '-p')")
     err = sys.stderr  # llama-eval-callback logs the tokens with LOG_INF (stderr), the tensors with LOG (stdout)
@@ -166,6 +181,7 @@ def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_typ
             a = evalcb.load_trace(traces[0])
             b = evalcb.load_trace(traces[1])
             label_a, label_b = str(traces[0]), str(traces[1])
+        _check_complete(a, b, label_a, label_b)
     except SynapseError as e:
         # exit code 1 means "diverged": anything that prevents a comparison is 2
         click.echo(f"error: {e}", err=True)

@@ -40,3 +40,80 @@ def cache_type_options(f):
                      help="KV cache type for V (quantized types need flash attention).")(f)
     return click.option("-ctk", "--cache-type-k", default="f16", show_default=True, type=click.Choice(KV_CACHE_TYPES),
                         help="KV cache type for K (types other than f16/f32 need flash attention).")(f)
+
+
+# llama.cpp options that change nothing in a CPU-only build: accepted so that a llama.cpp command line works,
+# with a note on stderr (name -> (takes a value, why))
+IGNORED = {
+    ("-ngl", "--gpu-layers", "--n-gpu-layers"): (True, "llama.cpp's CPU backend has no GPU layers"),
+    ("-mg", "--main-gpu"): (True, "no GPU"),
+    ("-sm", "--split-mode"): (True, "no GPU"),
+    ("-ts", "--tensor-split"): (True, "no GPU"),
+    ("-dev", "--device"): (True, "the CPU is the only device"),
+    ("-lv", "--verbosity", "--log-verbosity"): (True, "synapse prints no llama.cpp log"),
+    ("--log-disable",): (False, "synapse prints no llama.cpp log"),
+    ("--no-mmap",): (False, "weights are always memory-mapped"),
+    ("--mlock",): (False, "weights are not locked in memory"),
+}
+
+# llama.cpp options synapse does not have (yet): refused by name instead of being misread (click would read
+# `-cnv` as `-c nv`)
+UNSUPPORTED = {
+    "-cnv", "--conversation", "-st", "--single-turn", "-sys", "--system-prompt", "-sysf", "--system-prompt-file",
+    "-i", "--interactive", "-if", "--interactive-first", "-r", "--reverse-prompt", "--jinja", "--chat-template",
+    "--chat-template-file", "-s", "--seed", "--top-k", "--top-p", "--min-p", "--typical", "--repeat-penalty",
+    "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--mirostat", "--samplers", "-l",
+    "--logit-bias", "-np", "--parallel", "-cb", "--cont-batching", "-nkvo", "--no-kv-offload", "-ot",
+    "--override-tensor", "-cmoe", "-ncmoe", "--lora", "--control-vector", "-md", "--model-draft", "-hf", "-hfr",
+    "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "--color", "-co",
+    "--in-prefix", "--in-suffix", "--override-kv", "--rope-scaling", "--rope-scale", "--rope-freq-base",
+    "--rope-freq-scale", "--yarn-orig-ctx", "--numa", "-C", "-Cr", "--cpu-mask", "--prio", "--poll",
+    "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--context-shift", "--spm-infill",
+}
+
+
+def ignored_llama_options(f):
+    """Adds the IGNORED options (hidden) to a command; each given one prints its note on stderr."""
+    def note(ctx, param, value):
+        if value not in (None, False):
+            click.echo(f"note: {param.opts[0]} is ignored ({dict(IGNORED)[tuple(param.opts + param.secondary_opts)][1]})",
+                       err=True)
+        return value
+
+    for names, (takes_value, _) in IGNORED.items():
+        f = click.option(*names, f"ignored_{names[0].lstrip('-').replace('-', '_')}", hidden=True,
+                         is_flag=not takes_value, default=None, callback=note, expose_value=False)(f)
+    return f
+
+
+def check_args(cmd: click.Command, args: list[str]) -> None:
+    """Refuse, by name, single-dash words click would split into options with values (`-cnv` as `-c nv`):
+    llama.cpp options synapse lacks ("unsupported llama.cpp option"), and other unknown ones."""
+    def options(c):
+        known = {}
+        for p in c.params:
+            if isinstance(p, click.Option):
+                for o in p.opts + p.secondary_opts:
+                    known[o] = not (p.is_flag or p.count)
+        return known
+
+    known = options(cmd)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return
+        name = a.split("=", 1)[0]
+        if isinstance(cmd, click.Group) and not a.startswith("-") and cmd.get_command(None, a) is not None:
+            cmd = cmd.get_command(None, a)
+            known = options(cmd)
+        elif name in UNSUPPORTED and name not in known:
+            raise click.UsageError(f"unsupported llama.cpp option {name}")
+        elif a.startswith("-") and not a.startswith("--") and len(a) > 2 and a not in known:
+            try:
+                float(a)
+            except ValueError:
+                raise click.UsageError(f"no such option: {a}") from None
+        elif name in known and known[name] and "=" not in a:
+            i += 1  # its value, whatever it looks like
+        i += 1

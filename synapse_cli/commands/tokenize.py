@@ -69,26 +69,46 @@ def _run_jsonl(tok, src: str, default_add: bool, default_parse: bool) -> None:
     except OSError as e:
         raise InputError(f"could not open file '{src}' for reading: {e.strerror or e}") from None
     out = sys.stdout
+    failed = []  # line numbers
     with stream:
         for lineno, raw in enumerate(stream, 1):
-            if not raw.strip():
-                continue
             try:
-                req = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise InputError(f"{src}:{lineno}: not a JSON object ({e})") from None
-            if not isinstance(req, dict) or not isinstance(req.get("text"), str):
-                raise InputError(f"{src}:{lineno}: expected an object with a string \"text\"")
-            add = req.get("add_special", default_add)
-            parse = req.get("parse_special", default_parse)
-            if not isinstance(add, bool) or not isinstance(parse, bool):
-                raise InputError(f"{src}:{lineno}: add_special / parse_special must be true or false")
-            try:
-                text = req["text"].encode("utf-8")
-            except UnicodeEncodeError:
-                raise InputError(f"{src}:{lineno}: text contains a lone surrogate") from None
-            out.write(json.dumps({"ids": tok.encode(text, add, parse)}) + "\n")
+                ids = _jsonl_request(tok, raw, default_add, default_parse)
+                out.write(json.dumps({"ids": ids}) + "\n")
+            except InputError as e:  # one output line per input line: the error in place of the ids
+                failed.append(lineno)
+                out.write(json.dumps({"error": str(e)}) + "\n")
+                first_error = f"{src}:{lineno}: {e}" if len(failed) == 1 else first_error
     out.flush()
+    if failed:
+        raise InputError(f"{len(failed)} of {lineno} lines failed (first: {first_error})")
+
+
+_JSONL_KEYS = {"text", "add_special", "parse_special"}
+
+
+def _jsonl_request(tok, raw: bytes, default_add: bool, default_parse: bool) -> list[int]:
+    """One --jsonl line: {"text": str, "add_special"?: bool, "parse_special"?: bool} -> its ids."""
+    if not raw.strip():
+        raise InputError("empty line (expected a JSON object)")
+    try:
+        req = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"not a JSON object ({e})") from None
+    if not isinstance(req, dict) or not isinstance(req.get("text"), str):
+        raise InputError('expected an object with a string "text"')
+    unknown = sorted(set(req) - _JSONL_KEYS)
+    if unknown:
+        raise InputError(f"unknown key {unknown[0]!r} (keys: text, add_special, parse_special)")
+    add = req.get("add_special", default_add)
+    parse = req.get("parse_special", default_parse)
+    if not isinstance(add, bool) or not isinstance(parse, bool):
+        raise InputError("add_special / parse_special must be true or false")
+    try:
+        text = req["text"].encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("text contains a lone surrogate") from None
+    return tok.encode(text, add, parse)
 
 
 @click.command("tokenize", context_settings={"help_option_names": ["-h", "--help"]})
