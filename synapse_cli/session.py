@@ -3,7 +3,8 @@
 Shared by `decode`, `eval-callback` and `bench`, so that every command loads the same way: a Rich
 progress bar while weights are mapped and prepared, then a spinner while the numba kernels are
 compiled or loaded from the cache (a one-token warm-up run, as llama.cpp's own warm-up decode), both
-on stderr and only when stderr is a terminal.
+on stderr and only when stderr is a terminal. A first run with an empty kernel cache is said on stderr in any
+case (one line): it takes long once, and a user whose stderr is a log file should know why.
 """
 
 from __future__ import annotations
@@ -45,12 +46,28 @@ def load_model(path: str, show_progress: bool = True) -> Model:
         return Model.load(path, progress=cb)
 
 
+def kernel_cache_is_cold() -> bool:
+    """No compiled model kernels in numba's cache folder yet (the first run on this machine or after a clear)."""
+    import os
+    from pathlib import Path
+
+    import kernels.config  # noqa: F401  (sets NUMBA_CACHE_DIR)
+
+    root = Path(os.environ.get("NUMBA_CACHE_DIR", ".cache/numba"))
+    return not any(root.glob("kernels_*/norm.*.nbi")) if root.is_dir() else True
+
+
 def warm_up(ctx: Context, show_progress: bool = True) -> None:
     """Run one token through the model and forget it: compiles (or loads) every kernel once."""
     def run():
         ctx.decode([0])
         ctx.reset()
 
+    if kernel_cache_is_cold() and not _progress_enabled(show_progress):
+        import os
+
+        print(f"synapse: compiling the kernels this model needs (first run only; cached in "
+              f"{os.environ.get('NUMBA_CACHE_DIR')})", file=sys.stderr, flush=True)
     if not _progress_enabled(show_progress):
         run()
         return
