@@ -26,14 +26,13 @@ import numpy as np
 
 from kernels.ggml_type import GGMLType
 
-from .errors import ModelError
-from .gguf import GGUFReader, TensorInfo
+from kernels.errors import ModelError
+from kernels.gguf import GGUFReader, TensorInfo
 from .hparams import HParams, attn_temp_scale, load_hparams
 
-# hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb.py
+# hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb/
 TraceHook = Callable[[str, str, np.ndarray, list, str], None]
 
-KV_PAD = 256  # llama_kv_cache::get_n_kv pads the attended cells to a multiple of 256
 
 
 @dataclass
@@ -219,7 +218,9 @@ class Context:
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
-        n_ctx = -(-n_ctx // KV_PAD) * KV_PAD  # llama_context pads n_ctx to a multiple of 256
+        from kernels.attention import N_KV_PAD
+
+        n_ctx = -(-n_ctx // N_KV_PAD) * N_KV_PAD  # llama_context pads n_ctx to a multiple of 256
         check_cache_types(cache_type_k, cache_type_v, flash_attn, hp.n_embd_head)
         self.model = model
         self.hp = hp
@@ -324,7 +325,7 @@ class Context:
         layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only).
         """
         from kernels.activations import swiglu
-        from kernels.attention import attention, kv_store
+        from kernels.attention import attention, kv_store, n_kv_padded
         from kernels import kv_cache
         from kernels.config import work_chunks
         from kernels.flash_attn import flash_attn_any, flash_attn_ext
@@ -339,7 +340,7 @@ class Context:
         E, F, eps = hp.n_embd, hp.n_ff, hp.f_norm_rms_eps
         pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence: cell i = position i
         n_used = self.n_past + T
-        n_kv = min(self.n_ctx, max(KV_PAD, -(-n_used // KV_PAD) * KV_PAD))  # attended cells, as get_n_kv
+        n_kv = n_kv_padded(n_used, self.n_ctx)  # attended cells, as llama_kv_cache::get_n_kv
         corr_dims = rope_yarn_corr_dims(hp.n_rot, hp.n_ctx_orig_yarn, hp.rope_freq_base,
                                         hp.yarn_beta_fast, hp.yarn_beta_slow)
         rope_args = (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
@@ -604,7 +605,3 @@ class Context:
         g.kv_store(il, k_r, v3, k_all, v_flat)
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
         g.attention(il, q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out)
-
-
-def _prev_name(il: int) -> str:
-    return "embd" if il == 0 else f"l_out-{il - 1}"

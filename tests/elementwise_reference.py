@@ -343,7 +343,7 @@ class TinyF32Forward:
     rope with or without FMA contraction."""
 
     def __init__(self, path: Path, kv_f16: bool, n_ctx: int = 256, *, vec_swiglu=True, rope_contract=True):
-        from synapse_cli.gguf import GGUFReader
+        from kernels.gguf import GGUFReader
 
         r = GGUFReader(path)
         self.arch = arch = r.get("general.architecture")

@@ -22,7 +22,7 @@ from conftest import FIXTURES, REAL_MODELS, TINY_MODELS, real_model_path
 
 from synapse_cli import bench as B
 from synapse_cli.cli import cli
-from synapse_cli.gguf import GGUFReader
+from kernels.gguf import GGUFReader
 
 BENCH = FIXTURES / "real" / "bench"
 BENCH_JSON = sorted(BENCH.glob("*.json"))
@@ -219,7 +219,8 @@ class _FakeReader:
 def test_ftype_guess_without_general_file_type():
     """llama-model-loader: most frequent type in (layer, name) order, the first to lead wins ties;
     the name gets "(guessed) "."""
-    T = B.GGMLType
+    from kernels.ggml_type import GGMLType as T
+
     # 2 x Q6_K (token_embd, output sort first at layer -1), then blk.0: Q4_K, Q4_K  -> tie 2:2, Q6_K led first
     ts = [_FakeTensor("blk.0.attn_q.weight", T.Q4_K), _FakeTensor("token_embd.weight", T.Q6_K),
           _FakeTensor("blk.0.attn_k.weight", T.Q4_K), _FakeTensor("output.weight", T.Q6_K),

@@ -18,8 +18,8 @@ from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType as G
 from kernels.quants._simd import HAS_AVX2
 from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
-from synapse_cli.errors import ModelError
-from synapse_cli.gguf import GGUFReader
+from kernels.errors import ModelError
+from kernels.gguf import GGUFReader
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -176,7 +176,7 @@ def test_close_to_float64_dequantized_product(t):
 def test_portable_scalar_path_matches_reference(t):
     """The scalar kernels used on CPUs without AVX2 (selected at import) agree with the reference too."""
     from kernels.quants import FORMATS, readonly
-    from kernels.quants.activations import quantize_activations
+    from kernels.quants.vec_dot_type import quantize_activations
     import importlib
     mod = importlib.import_module(FORMATS[int(t)].dequantize_rows.__module__)
     pack, mm = mod.SCALAR
@@ -260,7 +260,8 @@ def test_avx2_kernels_without_avx512_match_reference():
         import sys, numpy as np
         sys.path.insert(0, "tests")
         import quant_reference as R
-        from kernels.quants._simd import HAS_AVX2, HAS_AVX512
+        from kernels.quants._simd import HAS_AVX2
+        from kernels.quants._simd512 import HAS_AVX512
         from kernels.matmul import Weight, matmul
         from kernels.ggml_type import GGMLType as G
         assert HAS_AVX2 and not HAS_AVX512

@@ -14,9 +14,9 @@ from gguf.constants import GGMLQuantizationType as QT  # noqa: E402
 import quant_reference as R  # noqa: E402
 from kernels.dequant import UnsupportedTypeError, dequantize  # noqa: E402
 from kernels.ggml_type import GGMLType as G  # noqa: E402
-from kernels.quants.activations import quantize_activations, to_blocks  # noqa: E402
-from synapse_cli.errors import ModelError  # noqa: E402
-from synapse_cli.gguf import GGUFReader  # noqa: E402
+from kernels.quants.vec_dot_type import quantize_activations, to_blocks  # noqa: E402
+from kernels.errors import ModelError  # noqa: E402
+from kernels.gguf import GGUFReader  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"

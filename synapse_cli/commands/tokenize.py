@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from synapse_cli.errors import SynapseError
+from kernels.errors import SynapseError
 from synapse_cli.text import process_escapes_bytes as process_escapes
 
 
