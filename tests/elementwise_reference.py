@@ -497,7 +497,7 @@ class TinyF32Forward:
 # --------------------------------------------------------------------------------------------------
 # fixture runs shared by the test files (one prompt decode per model / cache type per session)
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from conftest import FIXTURES  # noqa: E402
 TINY_F32 = {arch: FIXTURES / "tiny" / "models" / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
 _RUNS: dict = {}
 

@@ -18,8 +18,8 @@ from kernels.quants.vec_dot_type import quantize_activations, to_blocks  # noqa:
 from kernels.errors import ModelError  # noqa: E402
 from kernels.gguf import GGUFReader  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+from conftest import REPO  # noqa: E402
+from conftest import FIXTURES  # noqa: E402
 TINY_MODELS = sorted((FIXTURES / "tiny" / "models").glob("*.gguf"))
 REAL_MODELS = [REPO / "models" / n for n in (
     "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
