@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from kernels.config import set_num_threads  # noqa: E402
 from kernels.matmul import Weight, matmul  # noqa: E402
-from synapse_cli.gguf import GGUFReader  # noqa: E402
+from kernels.gguf import GGUFReader  # noqa: E402
 
 MODEL = "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO))
 
-from synapse_cli.gguf import GGUFReader  # noqa: E402
+from kernels.gguf import GGUFReader  # noqa: E402
 
 DEFAULT = REPO / "models" / "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf"
 

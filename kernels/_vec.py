@@ -25,27 +25,15 @@ a library call for the F16 conversion), only slower; `HAS_AVX512` says which cas
 
 from __future__ import annotations
 
-import os
+from kernels import config  # (first: NUMBA_CACHE_DIR before numba)
 
-import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
-
-import llvmlite.binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 
-def _host_features() -> set[str]:
-    spec = os.environ.get("NUMBA_CPU_FEATURES")
-    if spec is None:
-        if os.environ.get("NUMBA_CPU_NAME", "host") not in ("host", ""):
-            return set()
-        return {k for k, v in llvm.get_host_cpu_features().items() if v}
-    return {f[1:] for f in spec.split(",") if f.startswith("+")}
-
-
-HAS_AVX512 = {"avx512f", "f16c"} <= _host_features()
+HAS_AVX512 = {"avx512f", "f16c"} <= config.CPU_FEATURES
 
 
 class F32x16Type(types.Type):

@@ -35,13 +35,32 @@ import numba  # noqa: E402
 if numba.config.CACHE_DIR in ("", _DEFAULT_CACHE):
     numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
+# The one jit family of every kernel: cached, no fastmath, and IEEE division (error_model="numpy": x/0 gives
+# inf/nan as in C instead of numba's Python-style ZeroDivisionError check, a branch that also stops loops
+# vectorising).
 # serial kernels (called from inside parallel ones, or small)
-jit = numba.njit(cache=True, fastmath=False, nogil=True)
+jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 # small helpers inlined into their callers at numba-IR level (LLVM's inliner may leave a call whose vector
 # arguments then travel through memory)
-ijit = numba.njit(cache=True, fastmath=False, nogil=True, inline="always")
+ijit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", inline="always")
 # kernels with a prange over independent output rows
-pjit = numba.njit(cache=True, fastmath=False, nogil=True, parallel=True)
+pjit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy", parallel=True)
+
+
+def _host_features() -> frozenset[str]:
+    """The x86 features numba compiles for: the host's, or those NUMBA_CPU_NAME / NUMBA_CPU_FEATURES ask for (a
+    portable build, NUMBA_CPU_NAME=generic: no ISA assumptions)."""
+    import llvmlite.binding as llvm
+
+    spec = os.environ.get("NUMBA_CPU_FEATURES")
+    if spec is None:
+        if os.environ.get("NUMBA_CPU_NAME", "host") not in ("host", ""):
+            return frozenset()
+        return frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
+    return frozenset(f[1:] for f in spec.split(",") if f.startswith("+"))
+
+
+CPU_FEATURES = _host_features()  # what the kernels may use (kernels/_vec.py, kernels/quants/_simd*.py)
 
 
 _threads = 0  # last value given to set_num_threads (0: never called -> numba's default, all threads)

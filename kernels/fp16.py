@@ -13,24 +13,18 @@ Also home of the low-level helpers the element-wise kernels share: `fma_f32` (ll
 once, as `_mm512_fmadd_ps` and the FMA contractions GCC/clang make in ggml's C code; LLVM never fuses on
 its own without fastmath), the float32 <-> uint32 bit casts `f32_bits` / `bits_f32`, `pow2_f32`, the
 hardware F16 conversions `f16_bits_to_f32_hw` / `f32_to_f16_bits_hw` (LLVM fpext/fptrunc: vcvtph2ps /
-vcvtps2ph with F16C, vectorisable; bit-identical to the written-out conversions, tested), and the `jit` /
-`pjit` decorators of kernels/config.py plus error_model="numpy" (IEEE division, see below).
+vcvtps2ph with F16C, vectorisable; bit-identical to the written-out conversions, tested); `jit` / `pjit` are kernels/config.py's.
 """
 
 from __future__ import annotations
 
-import kernels.config  # noqa: F401  (sets NUMBA_CACHE_DIR before numba is imported)
+from kernels.config import jit, pjit  # noqa: F401  (first: NUMBA_CACHE_DIR before numba; re-exported)
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-# kernels/config.py's settings (cached, no fastmath) with IEEE division semantics: x/0 gives inf/nan as in
-# C instead of numba's Python-style ZeroDivisionError check, a branch that also stops loops vectorising.
-jit = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
-pjit = numba.njit(cache=True, fastmath=False, nogil=True, parallel=True, error_model="numpy")
 
 # ----------------------------------------------------------------------------------------------
 # LLVM intrinsics

@@ -28,7 +28,7 @@ from numba import prange
 
 from kernels.fp16 import fma_f32, jit, pjit
 from kernels.quants._bits import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, read_u16
-from kernels.quants.activations import q8_0_x86_row, q8_1_x86_row
+from kernels.quants.vec_dot_type import q8_0_x86_row, q8_1_x86_row
 from kernels.quants.floats import _dpbf16_step, _reduce_add16_arr
 
 # cache type name -> (code, bytes per 32 values); f16/f32 are the plain float caches

@@ -7,8 +7,9 @@ ggml_compute_forward_mul_mat, ops.cpp get_rows).
     w.get_rows(ids, out)                          # out[i] = dequantized row ids[i]
 
 matmul converts the activations x (T, K) float32 to the weight type's vec_dot_type exactly like ggml
-(kernels/quants/activations.py), then every output is one ggml_vec_dot_<type>_<vec_type> (generic C order of
-the float scale arithmetic, integer dot products): T == 1 runs the gemv kernel, T > 1 the gemm kernel; both
+(kernels/quants/vec_dot_type.py), then every output is one ggml_vec_dot_<type>_<vec_type> in the float order of the x86 build llama.cpp runs
+(its AVX2/AVX-512 vec_dot, repacked gemv/gemm, tinyBLAS or tiled kernels; each format module says which), with
+integer dot products: T == 1 runs the gemv kernel, T > 1 the gemm kernel; both
 parallelise over weight rows (numba prange, thread count from kernels.config.set_num_threads) and produce
 bit-identical rows, independent of the thread count.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from synapse_cli.errors import ModelError
+from kernels.errors import ModelError
 
 from .ggml_type import GGMLType, type_name
 from .quants import get_format, readonly
@@ -29,7 +30,7 @@ from .quants.base import llama_repacks
 from .config import work_chunks as _num_threads
 from .quants import gemv1, kquants, q32
 from .quants._simd import HAS_AVX2
-from .quants.activations import quantize_activations
+from .quants.vec_dot_type import quantize_activations
 
 __all__ = ["Weight", "matmul", "matmul_many", "UnsupportedTypeError"]
 

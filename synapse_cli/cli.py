@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .errors import SynapseError
+from kernels.errors import SynapseError
 
 # command name -> (module in synapse_cli.commands, one-line help shown by `synapse --help`)
 COMMANDS = {

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .errors import SynapseError
+from kernels.errors import SynapseError
 from .model import Context
 
 

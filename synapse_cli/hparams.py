@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ModelError
-from .gguf import GGUFReader
+from kernels.errors import ModelError
+from kernels.gguf import GGUFReader
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "mistral3")
 # llama.cpp's llama_model_rope_type: NEOX rotates (i, i + n_rot/2) pairs, NORM adjacent pairs

@@ -26,14 +26,13 @@ import numpy as np
 
 from kernels.ggml_type import GGMLType
 
-from .errors import ModelError
-from .gguf import GGUFReader, TensorInfo
+from kernels.errors import ModelError
+from kernels.gguf import GGUFReader, TensorInfo
 from .hparams import HParams, attn_temp_scale, load_hparams
 
-# hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb.py
+# hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb/
 TraceHook = Callable[[str, str, np.ndarray, list, str], None]
 
-KV_PAD = 256  # llama_kv_cache::get_n_kv pads the attended cells to a multiple of 256
 
 
 @dataclass
@@ -248,7 +247,9 @@ class Context:
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
-        n_ctx = -(-n_ctx // KV_PAD) * KV_PAD  # llama_context pads n_ctx to a multiple of 256
+        from kernels.attention import N_KV_PAD
+
+        n_ctx = -(-n_ctx // N_KV_PAD) * N_KV_PAD  # llama_context pads n_ctx to a multiple of 256
         check_cache_types(cache_type_k, cache_type_v, flash_attn, hp.n_embd_head)
         check_cache_memory(hp, n_ctx, cache_type_k, cache_type_v)
         self.model = model
@@ -351,179 +352,105 @@ class Context:
         """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
 
         want: "all" (logits of every token), "last" (only the last token goes through the last
-        layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only).
+        layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only). With a trace
+        hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py).
         """
-        from kernels.activations import swiglu
-        from kernels.attention import attention, kv_store
-        from kernels import kv_cache
-        from kernels.config import work_chunks
-        from kernels.flash_attn import flash_attn_any, flash_attn_ext
-        from kernels.kv_cache import fwht_rows
-        from kernels.matmul import matmul, matmul_many
-        from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
-        from kernels.rope import rope_qk, rope_yarn_corr_dims
+        from kernels.attention import n_kv_padded
+        from kernels.rope import rope_yarn_corr_dims
+
+        from .graph_ops import GraphOps, TracedGraphOps
 
         m, hp = self.model, self.hp
         T = len(tokens)
-        H, Hkv, D = hp.n_head, hp.n_head_kv, hp.n_embd_head
-        E, F, eps = hp.n_embd, hp.n_ff, hp.f_norm_rms_eps
+        H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
         pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence: cell i = position i
         n_used = self.n_past + T
-        n_kv = min(self.n_ctx, max(KV_PAD, -(-n_used // KV_PAD) * KV_PAD))  # attended cells, as get_n_kv
+        n_kv = n_kv_padded(n_used, self.n_ctx)  # attended cells, as llama_kv_cache::get_n_kv
         corr_dims = rope_yarn_corr_dims(hp.n_rot, hp.n_ctx_orig_yarn, hp.rope_freq_base,
                                         hp.yarn_beta_fast, hp.yarn_beta_slow)
         rope_args = (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
                      hp.yarn_attn_factor, corr_dims, m.rope_freqs)
         temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None  # (T,) mistral3
-        lo = not self.batch_invariant  # llama.cpp's batch order for products whose batched order differs
-        g = None
-        if trace is not None:
+        args = (self, T, pos, n_used, n_kv, rope_args, temp)
+        if trace is None:
+            ops = GraphOps(*args)
+        else:
             from .graph_trace import GraphTrace
 
-            g = GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type)
+            ops = TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
 
         x = np.empty((T, E), dtype=np.float32)  # (T, n_embd) residual stream
-        m.tok_embd.get_rows(tokens, x)
-        if g:
-            g.embd(x, hp.n_vocab)
-
         cur = np.empty((T, E), dtype=np.float32)  # normed input of the current block
-        q = np.empty((T, H * D), dtype=np.float32)
-        k = np.empty((T, Hkv * D), dtype=np.float32)
-        v = np.empty((T, Hkv * D), dtype=np.float32)
+        q, k, v = (np.empty((T, n * D), dtype=np.float32) for n in (H, Hkv, Hkv))
         q_r = np.empty((T, H, D), dtype=np.float32)  # after rope
         k_r = np.empty((T, Hkv, D), dtype=np.float32)
         kqv_out = np.empty((T, H * D), dtype=np.float32)
         attn_out = np.empty((T, E), dtype=np.float32)
         ffn_inp = np.empty((T, E), dtype=np.float32)
-        gate = np.empty((T, F), dtype=np.float32)
-        up = np.empty((T, F), dtype=np.float32)
+        gate, up = np.empty((T, F), dtype=np.float32), np.empty((T, F), dtype=np.float32)
         ffn_out = np.empty((T, E), dtype=np.float32)
-        kq = kq_sm = None
-        if g:
-            kq = np.empty((H, T, n_kv), dtype=np.float32)
-            kq_sm = np.empty((H, T, n_kv), dtype=np.float32)
 
+        ops.embd(tokens, x)
         for il, L in enumerate(m.layers):
-            inp_name = "embd" if il == 0 else f"l_out-{il - 1}"
-            # --- attention block: norm, Q/K/V, rope, cache, attention, output projection
-            if g:
-                rms_norm(x, eps, cur)
-                normed = cur.copy()
-                mul_rows(cur, L.attn_norm, cur)
-                g.norm((f"norm-{il}", f"attn_norm-{il}"), normed, inp_name, cur, f"blk.{il}.attn_norm.weight")
-                g.set_attn_norm_shape(cur)
-                self._qkv_traced(g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args)
-            else:
-                rms_norm_mul(x, eps, L.attn_norm, cur)
-                matmul_many(L.qkv, cur, [q, k, v], lo)  # x quantized once, one parallel region
-                for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
-                    if b is not None:
-                        add(out, b, out)
-                rope_qk(q.reshape(T, H, D), k.reshape(T, Hkv, D), pos, q_r, k_r, *rope_args)
-                if temp is not None:
-                    q_r *= temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale)
-                if self.rot_k:
-                    fwht_rows(q_r, self.rot_k)
-                    fwht_rows(k_r, self.rot_k)
-                if self.rot_v:
-                    fwht_rows(v, self.rot_v)
-            v3 = v.reshape(T, Hkv, D)
-            if g and not self.flash_attn:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS writes
-                g.v_cache_before = self._cache_views(il, n_kv)[1].copy()
-            if self.flash_attn:
-                kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
-                kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
-                kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
-                if self._fa_plain:
-                    k16, v16 = self._fa_operands(il, n_kv)
-                    flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
-                                   work_chunks())
-                else:
-                    flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
-            else:
-                kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
-                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
-                          hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
-            kqv_name = f"kqv_out-{il}"
-            if g:
-                self._attention_traced(g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out)
-            if self.rot_v:  # the attention output rotated back (llama_mul_mat_hadamard after build_attn_mha)
-                before = kqv_out.copy() if g else None
-                fwht_rows(kqv_out, self.rot_v)
-                if g:
-                    kqv_name = g.rotation(kqv_name, before, kqv_out, self.rot_v, "attn_inp_v_rot")
-            matmul(L.attn_output, kqv_out, attn_out, lo)
-            if g:
-                attn_name = g.attn_out(il, attn_out, L.attn_output.name, H * D, kqv_name)
-            if L.attn_output_b is not None:
-                add(attn_out, L.attn_output_b, attn_out)
-
-            a_rows, inp_rows, Tn = attn_out, x, T
+            # attention block: norm, Q/K/V with rope, KV cache, attention, output projection
+            ops.norm(x, L.attn_norm, cur, (f"norm-{il}", f"attn_norm-{il}"), f"blk.{il}.attn_norm.weight")
+            ops.qkv(il, L, cur, q, k, v, q_r, k_r)
+            ops.attention(il, q_r, k_r, v.reshape(T, Hkv, D), kqv_out)
+            ops.attn_out(il, L, kqv_out, attn_out)
+            a_rows, x_rows, Tn = attn_out, x, T
             if il == hp.n_layer - 1 and want != "all":
-                if want == "none" and not g:
+                if want == "none" and trace is None:
                     break
-                # llama.cpp: only the rows whose logits are needed go on (ggml_get_rows with out_ids); a
-                # micro-batch without outputs still runs that tail of the graph on 0 rows, and traces it
+                # only the rows whose logits are needed go on (llama.cpp's out_ids); a micro-batch without
+                # outputs still runs that tail of the graph on 0 rows, and traces it
                 Tn = 1 if want == "last" else 0
-                a_rows, inp_rows = attn_out[T - Tn :], x[T - Tn :]
-                if g:
-                    attn_name, inp_name = g.out_rows(attn_name, a_rows, inp_name, inp_rows, T)
+                a_rows, x_rows = ops.out_rows(attn_out, x, Tn)
             fi = ffn_inp[:Tn]
-            add(a_rows, inp_rows, fi)
-            if g:
-                g.add(f"ffn_inp-{il}", fi, attn_name, inp_name)
-            # --- feed-forward block: norm, SwiGLU FFN, residual
+            ops.add(f"ffn_inp-{il}", a_rows, x_rows, fi)
+            # feed-forward block: norm, SwiGLU FFN, residual
             fcur, gt, u, fo = cur[:Tn], gate[:Tn], up[:Tn], ffn_out[:Tn]
-            if g:
-                rms_norm(fi, eps, fcur)
-                normed = fcur.copy()
-                mul_rows(fcur, L.ffn_norm, fcur)
-                g.norm((f"norm-{il}", f"ffn_norm-{il}"), normed, f"ffn_inp-{il}", fcur, f"blk.{il}.ffn_norm.weight")
-            else:
-                rms_norm_mul(fi, eps, L.ffn_norm, fcur)
-            matmul_many(L.gate_up, fcur, [gt, u], lo)
-            if L.ffn_gate_b is not None:
-                add(gt, L.ffn_gate_b, gt)
-            if g:
-                g.matmul(f"ffn_gate-{il}", gt, L.ffn_gate.name, E, f"ffn_norm-{il}")
-            if L.ffn_up_b is not None:
-                add(u, L.ffn_up_b, u)
-            if g:
-                g.matmul(f"ffn_up-{il}", u, L.ffn_up.name, E, f"ffn_norm-{il}")
-            swiglu(gt, u, gt)
-            if g:
-                g.swiglu(il, gt)
-            matmul(L.ffn_down, gt, fo, lo)
-            if L.ffn_down_b is not None:
-                add(fo, L.ffn_down_b, fo)
-            if g:
-                g.matmul(f"ffn_out-{il}", fo, L.ffn_down.name, F, f"ffn_swiglu-{il}")
-            x_next = np.empty((Tn, E), dtype=np.float32)
-            add(fo, fi, x_next)
-            if g:
-                g.add(f"l_out-{il}", x_next, f"ffn_out-{il}", f"ffn_inp-{il}")
-            x = x_next
+            ops.norm(fi, L.ffn_norm, fcur, (f"norm-{il}", f"ffn_norm-{il}"), f"blk.{il}.ffn_norm.weight")
+            ops.gate_up(il, L, fcur, gt, u)
+            ops.swiglu(il, gt, u)
+            ops.ffn_down(il, L, gt, fo)
+            x = np.empty((Tn, E), dtype=np.float32)
+            ops.add(f"l_out-{il}", fo, fi, x)
 
         self.n_past += T
-        if want == "none" and not g:
+        if want == "none" and trace is None:
             return None
-        Tn = x.shape[0]
-        out_norm = np.empty((Tn, E), dtype=np.float32)
-        if g:
-            rms_norm(x, eps, out_norm)
-            normed = out_norm.copy()
-            mul_rows(out_norm, m.output_norm, out_norm)
-            g.norm(("norm", "result_norm"), normed, f"l_out-{hp.n_layer - 1}", out_norm, "output_norm.weight")
-        else:
-            rms_norm_mul(x, eps, m.output_norm, out_norm)
-        logits = np.empty((Tn, hp.n_vocab), dtype=np.float32)
-        matmul(m.output, out_norm, logits, lo)
-        if g:
-            g.matmul("result_output", logits, m.output.name, E, "result_norm")
+        out_norm = np.empty((x.shape[0], E), dtype=np.float32)
+        ops.norm(x, m.output_norm, out_norm, ("norm", "result_norm"), "output_norm.weight")
+        logits = np.empty((x.shape[0], hp.n_vocab), dtype=np.float32)
+        ops.logits(out_norm, logits)
         return logits if want != "none" else None
 
-    def _cache_views(self, il: int, n_kv: int):
+    def store_and_attend(self, il: int, q_r, k_r, v3, pos, n_used: int, n_kv: int, kqv_out, kq=None, kq_sm=None):
+        """Write K/V (T, Hkv, D) at the batch's cells and attend over the first n_kv cells: kqv_out (T, H*D).
+        Flash attention (kernels/flash_attn.py) or the soft-max graph (kernels/attention.py; kq, kq_sm
+        (H, T, n_kv) receive its intermediate tensors when given)."""
+        from kernels import kv_cache
+        from kernels.attention import attention, kv_store
+        from kernels.config import work_chunks
+        from kernels.flash_attn import flash_attn_any, flash_attn_ext
+
+        hp = self.hp
+        if self.flash_attn:
+            kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
+            kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
+            kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
+            if self._fa_plain:
+                k16, v16 = self._fa_operands(il, n_kv)
+                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
+                               work_chunks())
+            else:
+                flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
+        else:
+            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+                      hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
+
+    def cache_views(self, il: int, n_kv: int):
         """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache
         (n_ctx, n_embd_k_gqa), the whole V^T cache in memory order (n_embd_v_gqa * n_ctx,), the K view of
         n_kv cells (n_kv, Hkv, D) and the V view (D, Hkv, n_kv) (ne {n_kv, Hkv, D})."""
@@ -533,45 +460,6 @@ class Context:
         k_all = k.reshape(self.n_ctx, -1)
         v_flat = v.reshape(-1)
         return k_all, v_flat, k[:n_kv], v[:, :, :n_kv].transpose(1, 0, 2)
-
-    # --- traced variants (same arithmetic, plus the intermediate values llama.cpp's graph shows)
-
-    def _qkv_traced(self, g, il, L, cur, q, k, v, q_r, k_r, pos, temp, rope_args):
-        from kernels.kv_cache import fwht_rows
-        from kernels.matmul import matmul
-        from kernels.norm import add
-        from kernels.rope import rope
-
-        hp, T = self.hp, cur.shape[0]
-        H, Hkv, D = hp.n_head, hp.n_head_kv, hp.n_embd_head
-        # llama.cpp's graph evaluates Q, then V, then K
-        for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, H, q_r),
-                                               ("Vcur", L.attn_v, L.attn_v_b, v, Hkv, None),
-                                               ("Kcur", L.attn_k, L.attn_k_b, k, Hkv, k_r)):
-            matmul(W, cur, out, not self.batch_invariant)
-            raw = out.copy()
-            if b is not None:
-                add(out, b, out)
-            shaped = out.reshape(T, heads, D)
-            temp_scaled = None
-            if r_out is not None:
-                rope(shaped, pos, r_out, *rope_args)
-                if which == "Qcur" and temp is not None:
-                    roped = r_out.copy()
-                    r_out *= temp[:, None, None]
-                    temp_scaled, r_shown = r_out, roped
-                else:
-                    r_shown = r_out
-            else:
-                r_shown = None
-            bias_name = W.name.replace(".weight", ".bias")
-            g.qkv_proj(il, which, raw, out if b is not None else None, W.name, bias_name, shaped, r_shown, temp_scaled)
-            n_rot, rot_name = (self.rot_v, "attn_inp_v_rot") if which == "Vcur" else (self.rot_k, "attn_inp_k_rot")
-            if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
-                x = r_out if r_out is not None else shaped
-                before = x.copy()
-                fwht_rows(x, n_rot)
-                g.rotation(f"{which}-{il}", before, x, n_rot, rot_name)
 
     @property
     def _fa_plain(self) -> bool:
@@ -607,7 +495,8 @@ class Context:
             return k, v
         return k.astype(np.float16).view(np.uint16), v.astype(np.float16).view(np.uint16)
 
-    def _attention_traced(self, g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out):
+    def trace_attention(self, g, il, k_r, v3, q_r, temp, n_kv, kq, kq_sm, kqv_out):
+        """The cache and attention nodes of llama.cpp's graph (GraphTrace.kv_store/attention/attention_fa)."""
         hp, T = self.hp, q_r.shape[0]
         H, D = hp.n_head, hp.n_embd_head
         q_name = ("Qcur_attn_temp_scaled" if temp is not None else "Qcur") + f"-{il}"
@@ -630,11 +519,7 @@ class Context:
                            rotated if self.rot_k else None, rotated if self.rot_v else None,
                            (self.cache_type, self.cache_type_v))
             return
-        k_all, v_flat, k_view, v_view = self._cache_views(il, n_kv)
+        k_all, v_flat, k_view, v_view = self.cache_views(il, n_kv)
         g.kv_store(il, k_r, v3, k_all, v_flat)
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
         g.attention(il, q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out)
-
-
-def _prev_name(il: int) -> str:
-    return "embd" if il == 0 else f"l_out-{il - 1}"

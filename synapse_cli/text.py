@@ -67,7 +67,7 @@ def read_prompt(prompt: str | None, file: str | None, escape: bool) -> bytes | N
     neither is given."""
     import os
 
-    from .errors import SynapseError
+    from kernels.errors import SynapseError
 
     if prompt is not None and file is not None:
         raise SynapseError("give either -p/--prompt or -f/--file, not both")

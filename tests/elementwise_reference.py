@@ -343,7 +343,7 @@ class TinyF32Forward:
     rope with or without FMA contraction."""
 
     def __init__(self, path: Path, kv_f16: bool, n_ctx: int = 256, *, vec_swiglu=True, rope_contract=True):
-        from synapse_cli.gguf import GGUFReader
+        from kernels.gguf import GGUFReader
 
         r = GGUFReader(path)
         self.arch = arch = r.get("general.architecture")
@@ -497,7 +497,7 @@ class TinyF32Forward:
 # --------------------------------------------------------------------------------------------------
 # fixture runs shared by the test files (one prompt decode per model / cache type per session)
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from conftest import FIXTURES  # noqa: E402
 TINY_F32 = {arch: FIXTURES / "tiny" / "models" / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
 _RUNS: dict = {}
 

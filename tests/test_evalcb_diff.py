@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from synapse_cli import evalcb
 from synapse_cli.cli import cli
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from conftest import FIXTURES  # noqa: E402
 EVALCB = FIXTURES / "tiny" / "evalcb"
 LOG32 = EVALCB / "tiny-llama-F32__pub__kvf32.log"
 LOG16 = EVALCB / "tiny-llama-F32__pub__kvf16.log"

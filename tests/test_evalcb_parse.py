@@ -16,7 +16,7 @@ import pytest
 from synapse_cli import evalcb
 from synapse_cli.evalcb import EvalCbError, TraceRecorder, format_records, load_trace, parse_log_text
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+from conftest import FIXTURES  # noqa: E402
 LOGS = sorted(FIXTURES.glob("tiny/evalcb/*.log")) + sorted(FIXTURES.glob("real/evalcb/*.log"))
 TINY = FIXTURES / "tiny" / "evalcb" / "tiny-llama-F32__pub__kvf16.log"
 

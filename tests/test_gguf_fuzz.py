@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from conftest import TINY_MODELS, VOCABS
 from kernels.ggml_type import BLOCK_GEOMETRY, GGMLType
-from synapse_cli.errors import GGUFError
-from synapse_cli.gguf import GGUFReader, StringArray
+from kernels.errors import GGUFError
+from kernels.gguf import GGUFReader, StringArray
 from test_gguf_reader import EVERY_ARRAY, EVERY_SCALAR, VT, gguf_bytes, kv, tensor_info
 
 EXAMPLES = 1200  # per base file: 3 bases x 1200 + 100 on disk

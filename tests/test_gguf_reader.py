@@ -1,4 +1,4 @@
-"""synapse_cli.gguf against gguf-py's GGUFReader (the oracle), synthetic files, and hostile input.
+"""kernels.gguf against gguf-py's GGUFReader (the oracle), synthetic files, and hostile input.
 
 * every tiny fixture model, every vocab file and SmolLM2 are read by both readers and every field
   (offset, types, value) and tensor (type, ne, offsets, bytes) compared; the real models are also
@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, QWEN_05B, REAL_MODELS, SMOLLM2, TINY_MODELS, VOCABS, real_model_path
-from synapse_cli.errors import GGUFError
-from synapse_cli.gguf import GGUFReader, StringArray
+from kernels.errors import GGUFError
+from kernels.gguf import GGUFReader, StringArray
 from kernels.ggml_type import BLOCK_GEOMETRY, GGMLType
 
 VT = gguf.GGUFValueType  # the oracle's value-type ids

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import FIXTURES, real_model_path
 
-from synapse_cli.gguf import GGUFReader
+from kernels.gguf import GGUFReader
 from synapse_cli.hparams import attn_temp_scale, load_hparams
 
 LOGS = sorted((FIXTURES / "tiny" / "evalcb").glob("*__kvf32.log")) + sorted((FIXTURES / "real" / "evalcb").glob("*.log"))
@@ -69,7 +69,7 @@ def test_mistral3_yarn_attn_factor_and_temperature():
 
 def test_unsupported_arch_is_rejected(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from synapse_cli.errors import ModelError
+    from kernels.errors import ModelError
 
     path = tmp_path / "falcon.gguf"
     w = gguf.GGUFWriter(str(path), "falcon")

@@ -22,7 +22,7 @@ from conftest import FIXTURES, REAL_MODELS, REPO, TINY_MODELS, VOCABS, real_mode
 from gguf.scripts import gguf_dump
 from synapse_cli.cli import cli
 from synapse_cli.commands.inspect_gguf import command, model_summary
-from synapse_cli.gguf import GGUFReader
+from kernels.gguf import GGUFReader
 from test_gguf_reader import VT, gguf_bytes, gguf_py_reader, kv, tensor_info
 from kernels.ggml_type import GGMLType
 
@@ -158,6 +158,23 @@ def test_edge_cases_match_gguf_dump_live(tmp_path):
     path = tmp_path / "edge.gguf"
     path.write_bytes(gguf_bytes(kvs, infos, bytes(range(256)) * 2))
     _compare_all_modes(path)
+
+
+def test_guessed_file_type_uses_llama_cpps_tensor_order(tmp_path):
+    """Without general.file_type both inspect-gguf and bench take llama-model-loader's guess: the most frequent
+    type counted in (layer, name) order, the first to lead keeps a 2:2 tie. Here blk.2 precedes blk.10 in that
+    order (Q4_K leads first) but not in name order (where Q6_K would)."""
+    from synapse_cli.bench import model_desc
+
+    infos = [tensor_info(n, (256,), t, 256 * i) for i, (n, t) in enumerate([
+        ("blk.10.attn_q.weight", GGMLType.Q6_K), ("blk.10.attn_k.weight", GGMLType.Q6_K),
+        ("blk.2.attn_q.weight", GGMLType.Q4_K), ("blk.2.attn_k.weight", GGMLType.Q4_K)])]
+    path = tmp_path / "tie.gguf"
+    path.write_bytes(gguf_bytes([kv("general.architecture", VT.STRING, "llama")], infos, bytes(256 * 4)))
+    reader = GGUFReader(path)
+    s = model_summary(reader)
+    assert (s["file_type"], s["ftype_enum"]) == ("(guessed) Q4_K - Medium", "LLAMA_FTYPE_MOSTLY_Q4_K_M")
+    assert model_desc(reader).endswith(" (guessed) Q4_K - Medium")
 
 
 # --- --key ------------------------------------------------------------------------------------------

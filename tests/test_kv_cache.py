@@ -12,7 +12,7 @@ gguf = pytest.importorskip("gguf")
 from conftest import FIXTURES  # noqa: E402
 
 from kernels import kv_cache  # noqa: E402
-from synapse_cli.errors import ModelError  # noqa: E402
+from kernels.errors import ModelError  # noqa: E402
 from synapse_cli.model import Context, Model  # noqa: E402
 
 QT = gguf.GGMLQuantizationType

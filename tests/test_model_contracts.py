@@ -94,7 +94,7 @@ def test_thread_count_does_not_change_results(name):
 
 
 def test_context_full_and_bad_tokens_raise_clear_errors():
-    from synapse_cli.errors import ModelError
+    from kernels.errors import ModelError
 
     model = _load("tiny-llama-Q4_K_M")
     ctx = Context(model, n_ctx=8)

@@ -14,12 +14,12 @@ from gguf.constants import GGMLQuantizationType as QT  # noqa: E402
 import quant_reference as R  # noqa: E402
 from kernels.dequant import UnsupportedTypeError, dequantize  # noqa: E402
 from kernels.ggml_type import GGMLType as G  # noqa: E402
-from kernels.quants.activations import quantize_activations, to_blocks  # noqa: E402
-from synapse_cli.errors import ModelError  # noqa: E402
-from synapse_cli.gguf import GGUFReader  # noqa: E402
+from kernels.quants.vec_dot_type import quantize_activations, to_blocks  # noqa: E402
+from kernels.errors import ModelError  # noqa: E402
+from kernels.gguf import GGUFReader  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+from conftest import REPO  # noqa: E402
+from conftest import FIXTURES  # noqa: E402
 TINY_MODELS = sorted((FIXTURES / "tiny" / "models").glob("*.gguf"))
 REAL_MODELS = [REPO / "models" / n for n in (
     "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",

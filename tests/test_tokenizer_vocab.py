@@ -191,7 +191,7 @@ def test_lstrip_attribute_strips_spaces_left_of_the_token(tmp_path):
 
 
 def test_unloadable_vocabularies(tmp_path):
-    from synapse_cli.errors import SynapseError
+    from kernels.errors import SynapseError
 
     cases = {
         "no vocabulary": {"general.name": "x"},

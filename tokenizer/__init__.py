@@ -1,7 +1,7 @@
 """synapse's tokenizer: llama.cpp's llama_tokenize / llama_token_to_piece / llama_detokenize in Python.
 
     from tokenizer import load_tokenizer
-    tok = load_tokenizer("model.gguf")              # or a synapse_cli.gguf.GGUFReader
+    tok = load_tokenizer("model.gguf")              # or a kernels.gguf.GGUFReader
     ids = tok.encode("Hello", add_special=True, parse_special=True)
     tok.detokenize(ids); tok.token_to_piece(ids[0]); tok.vocab.eog_ids
 
@@ -22,12 +22,12 @@ __all__ = ["Streamer", "Tokenizer", "Vocab", "VocabError", "load_tokenizer", "lo
 
 
 def load_tokenizer(reader_or_path) -> Tokenizer:
-    """A Tokenizer for the vocabulary of a GGUF file (path) or an open synapse_cli.gguf.GGUFReader.
+    """A Tokenizer for the vocabulary of a GGUF file (path) or an open kernels.gguf.GGUFReader.
 
-    Raises VocabError (a synapse_cli.errors.SynapseError) for a file without a vocabulary or with a
+    Raises VocabError (a kernels.errors.SynapseError) for a file without a vocabulary or with a
     tokenizer model / pre-tokenizer synapse does not implement, GGUFError for a bad file."""
     if isinstance(reader_or_path, (str, os.PathLike)):
-        from synapse_cli.gguf import GGUFReader
+        from kernels.gguf import GGUFReader
 
         reader = GGUFReader(reader_or_path)
     else:

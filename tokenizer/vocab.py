@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from synapse_cli.errors import ModelError
+from kernels.errors import ModelError
 
 # llama_token_type (include/llama.h): the values stored in tokenizer.ggml.token_type
 TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = range(7)
@@ -350,7 +350,7 @@ def load_vocab(reader) -> Vocab:
         merges = reader.fields.get("tokenizer.ggml.merges")
         if merges is None:
             raise VocabError("cannot find tokenizer merges in model file")
-        from synapse_cli.gguf import StringArray
+        from kernels.gguf import StringArray
 
         if not isinstance(merges.value, StringArray):
             raise VocabError("invalid gguf type for tokenizer.ggml.merges")
@@ -378,7 +378,7 @@ def load_vocab(reader) -> Vocab:
     tf = reader.fields.get("tokenizer.ggml.tokens")
     if tf is None:
         raise VocabError("cannot find tokenizer vocab in model file")
-    from synapse_cli.gguf import StringArray
+    from kernels.gguf import StringArray
 
     if not isinstance(tf.value, StringArray):
         raise VocabError("invalid gguf type for tokenizer.ggml.tokens")

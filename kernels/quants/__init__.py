@@ -2,7 +2,7 @@
 
     floats  F32, F16, BF16        q4_0, q4_1, q5_0, q5_1, q8_0   (32-weight blocks, Q8_0/Q8_1 activations)
     q2_k, q3_k, q4_k, q5_k, q6_k  (256-weight super-blocks, Q8_K activations)
-    activations                   float32 -> Q8_0 / Q8_1 / Q8_K / F16 / BF16 as ggml-cpu's from_float
+    vec_dot_type                  float32 -> Q8_0 / Q8_1 / Q8_K / F16 / BF16 as ggml-cpu's from_float
 
 Importing this package compiles nothing (kernels are compiled, or loaded from the numba cache, on first call).
 """

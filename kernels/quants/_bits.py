@@ -17,6 +17,7 @@ from numba import types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 from ..config import jit  # noqa: E402
+from ..fp16 import f32_bits  # noqa: E402, F401  (the bit cast; one definition)
 
 
 def _int_to_width(builder, v, from_bits: int, to_bits: int):
@@ -64,19 +65,6 @@ def f32_from_bits(typingctx, u):
     def codegen(context, builder, sig, args):
         v = _int_to_width(builder, args[0], sig.args[0].bitwidth, 32)
         return builder.bitcast(v, ir.FloatType())
-
-    return sig, codegen
-
-
-@intrinsic
-def f32_bits(typingctx, f):
-    """Bit pattern of a float32 as uint32."""
-    if f != types.float32:
-        return None
-    sig = types.uint32(types.float32)
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
 
     return sig, codegen
 

@@ -3,7 +3,8 @@
 A format module (kernels/quants/<name>.py) describes one ggml tensor type: block geometry, byte layout (bit
 diagram in its docstring), a dequantizer (ggml-quants.c dequantize_row_<type>), the activation type its dot
 product runs against (ggml-cpu.c type_traits_cpu[type].vec_dot_type) and the gemv/gemm kernels
-(ggml-cpu/quants.c ggml_vec_dot_<type>_<vec_type>_generic, same integer sums, same float operation order).
+(the x86 orders llama.cpp's CPU backend runs: arch/x86 vec_dot, repack.cpp's gemv/gemm, tinyBLAS, the tiled
+K-quant matmul; same integer sums, same float operation order; the generic C order as the portable fallback).
 Adding a format = writing one module and listing it in kernels/quants/__init__.py.
 """
 

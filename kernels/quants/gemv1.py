@@ -17,7 +17,7 @@ Every output row gets the same integer sums and the same float operation sequenc
 
 The weights' packed layouts are those of the format modules (q32.py, q4_k.py 148-byte blocks, q6_k.py): a
 layout change there must be mirrored here (tests/test_matmul.py compares every path with the reference).
-numba caches per file: after editing q32.py / activations.py / _simd.py delete .cache/numba so this
+numba caches per file: after editing q32.py / vec_dot_type.py / _simd.py delete .cache/numba so this
 module's kernels recompile.
 
 Formats (AVX2 fast path only; others use the generic path in kernels/matmul.py):
@@ -35,7 +35,7 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import QK_K
 from . import q32, q4_k, q6_k
-from .activations import q8_0_x86_row, q8_1_x86_row, q8_K_row
+from .vec_dot_type import q8_0_x86_row, q8_1_x86_row, q8_K_row
 from .kquants import PERM
 
 QK = 32
@@ -58,16 +58,16 @@ def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
     activation sums per block (generic-order Q4_0) / per 4 (x86-order Q5_0, Q8_0)."""
     if VQ8_1:
         if F == 0:    # Q4_1
-            _q32_span(w, g0, g1, 160 * XS, -1, 32 * XS, True, 0, 5, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, qa, yd, ys, asum, out, pf)
         else:         # Q5_1
-            _q32_span(w, g0, g1, 192 * XS, 32 * XS, 64 * XS, True, 0, 5, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 192 * XS, 32 * XS, 64 * XS, True, 0, q32.LANES_M, False, qa, yd, ys, asum, out, pf)
     else:
         if F == 0:    # Q4_0
-            _q32_span(w, g0, g1, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out, pf)
+            _q32_span(w, g0, g1, 144, -1, 16, False, 8, q32.SUMI_FMA, False, qa, yd, ys, asum, out, pf)
         elif F == 1:  # Q5_0
-            _q32_span(w, g0, g1, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum4, out, pf)
+            _q32_span(w, g0, g1, 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, qa, yd, ys, asum4, out, pf)
         else:         # Q8_0
-            _q32_span(w, g0, g1, 272 * XS, -1, 16 * XS, False, 128, 4, True, qa, yd, ys, asum4, out, pf)
+            _q32_span(w, g0, g1, 272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, qa, yd, ys, asum4, out, pf)
 
 
 @jit

@@ -28,8 +28,8 @@ from . import kquants
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, maddubs,
-                    prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
+from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
+                    maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, llama_repacks, register
 
 BLOCK_BYTES = 84

@@ -19,26 +19,22 @@ the 8 raw blocks):
     [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned)
 
 Offset quants (Q4_0: q-8, Q5_0: q-16, Q8_0's q+128 storage) use SUB * sum(activation block): exact integer
-identity. The per-block float arithmetic runs in 8 lanes (one per row), each lane doing exactly the scalar C
-sequence of its format (MODE):
+identity. The per-block float arithmetic runs in 8 lanes (one per row), each lane doing exactly the sequence of
+llama.cpp's x86 kernel for its format (MODE, one of the names below).
 
-    0  Q4_0:        sumf += (sumi * dx) * dy
-    1  Q5_0:        sumf += (dx * dy) * sumi
-    2  Q8_0:        sumf += sumi * (dx * dy)
-    3  Q4_1, Q5_1:  sumf += (dx * dy) * sumi + mx * sy
-
-x86 modes: ggml's AVX2 ggml_vec_dot_{q4_1_q8_1, q5_1_q8_1, q5_0_q8_0, q8_0_q8_0} (ggml-cpu/arch/x86/quants.c),
+The lane modes: ggml's AVX2 ggml_vec_dot_{q4_1_q8_1, q5_1_q8_1, q5_0_q8_0, q8_0_q8_0} (ggml-cpu/arch/x86/quants.c),
 which an x86 build of llama.cpp runs instead of the generic C. They do not form one int32 sum per block: the
 32 products land in 8 int32 lanes (lane j = elements 4j..4j+3: vpdpbusd / vpmaddubsw+vpmaddwd), each lane is
 converted to float and fused-multiply-added into its own float accumulator, and the 8 accumulators are added
 at the end (hsum_float_8):
 
-    4  Q5_0, Q8_0:  acc[j] = fma(dx * dy, (float)lane_j, acc[j]);  s = hsum_float_8(acc)
-    5  Q4_1, Q5_1:  the same, plus summs = fma(mx, sy, summs) (GCC contracts `summs += mx*sy`);
-                    s = hsum_float_8(acc) + summs
-    6  Q4_0:        x86 llama.cpp repacks Q4_0 (q4_0_8x8) and its gemv and gemm both do, per block,
-                    sumf = fma((float)sumi, dx * dy, sumf) (arch/x86/repack.cpp): one int32 sum per block as
-                    in the generic modes, so the 8-row layout of mode 0 serves
+    LANES     Q5_0, Q8_0 (and Q4_0 where llama.cpp does not repack it):
+                  acc[j] = fma(dx * dy, (float)lane_j, acc[j]);  s = hsum_float_8(acc)
+    LANES_M   Q4_1, Q5_1: the same, plus summs = fma(mx, sy, summs) (GCC contracts `summs += mx*sy`);
+                  s = hsum_float_8(acc) + summs
+    SUMI_FMA  Q4_0: x86 llama.cpp repacks Q4_0 (q4_0_8x8) and its gemv and gemm both do, per block,
+                  sumf = fma((float)sumi, dx * dy, sumf) (arch/x86/repack.cpp): one int32 sum per block, the
+                  8 rows' sums side by side in 8 lanes
 
 Here chunk j of the interleaved layout (low nibbles for j < 4, high nibbles for j >= 4 in the 4-bit formats)
 is exactly AVX lane j of each of the 8 rows, so vector A_j holds lane j of the 8 rows' accumulators.
@@ -61,13 +57,19 @@ from numba import prange
 
 from ..config import ijit, jit, pjit
 from .base import empty_aligned
-from ._simd import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
-                    load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32, zero16f, zero16x32)
+from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
+                       load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
+                       zero16f, zero16x32)
 from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
-                    prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16,
-                    store8xf32, sub32, zero32, zerof)
+                    prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16, store8xf32,
+                    sub32, zero32, zerof)
 
 QK = 32
+
+# MODE: the float sequence of a block (module docstring)
+LANES = 4  # x86 vec_dot: 8 int32 lanes per block, one fma per lane, hsum_float_8 at the end
+LANES_M = 5  # LANES plus the offset term fma(m, s) (Q4_1, Q5_1)
+SUMI_FMA = 6  # one int32 sum per block and row, sumf = fma(sumi, dx*dy, sumf) (llama.cpp's repacked Q4_0)
 G = 8  # rows per interleaved group (generic modes)
 XG = 16 if HAS_VNNI512 else 8  # rows per group in the x86 modes: one zmm (AVX512-VNNI) or ymm per lane
 XS = XG // G  # the x86 modes' layout constants are the 8-row ones times XS
@@ -156,22 +158,14 @@ def _block_sumi(w, o, qa, oa, QH, QS, Q8, m0f):
 
 
 @jit
-def _combine(sumf, acc, SUB, asum_tb, MODE, w, o, HAS_M, dy, sy):
-    """One block's float update of the 8 rows (lanes), in the C order of the format."""
+def _combine(sumf, acc, SUB, asum_tb, w, o, dy):
+    """One SUMI_FMA block's float update of the 8 rows (lanes)."""
     if SUB != 0:
         acc = sub32(acc, splat32(SUB * asum_tb))
     fs = cvt_f32(acc)
     dx = load8_f16(w, o)
-    if MODE == 6:  # x86 llama.cpp's repacked Q4_0 (ggml_gemv/gemm_q4_0_8x8_q8_0): fma(sumi, dx*dy, sumf)
-        return ffma(fs, fmul(dx, splatf(dy)), sumf)
-    if MODE == 0:
-        return fadd(sumf, fmul(fmul(fs, dx), splatf(dy)))
-    if MODE == 1:
-        return fadd(sumf, fmul(fmul(dx, splatf(dy)), fs))
-    if MODE == 2:
-        return fadd(sumf, fmul(fs, fmul(dx, splatf(dy))))
-    mx = load8_f16(w, o + 16)
-    return fadd(sumf, fadd(fmul(fmul(dx, splatf(dy)), fs), fmul(mx, splatf(sy))))
+    # SUMI_FMA, x86 llama.cpp's repacked Q4_0 (ggml_gemv/gemm_q4_0_8x8_q8_0): fma(sumi, dx*dy, sumf)
+    return ffma(fs, fmul(dx, splatf(dy)), sumf)
 
 
 @jit
@@ -412,18 +406,18 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF
     gb = w.shape[1]
     nb = qa.shape[1] // QK
     m0f = splat8(15)
-    if (MODE == 4 or MODE == 5) and XG == 16:  # x86 lane modes, one zmm per lane
+    if (MODE == LANES or MODE == LANES_M) and XG == 16:  # x86 lane modes, one zmm per lane
         x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
         return
     prefetch_span(w, (g + 1) * gb, gb)  # next group
-    if MODE == 4 or MODE == 5:  # x86 lane modes, 8-row groups
+    if MODE == LANES or MODE == LANES_M:  # x86 lane modes, 8-row groups
         x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, 0)
         return
     sumf = zerof()
     for b in range(nb):
         o = g * gb + b * GB
         acc = _block_sumi(w, o, qa, QK * b, QH, QS, Q8, m0f)
-        sumf = _combine(sumf, acc, SUB, asum[0, b], MODE, w, o, HAS_M, yd[0, b], ys[0, b])
+        sumf = _combine(sumf, acc, SUB, asum[0, b], w, o, yd[0, b])
     for r in range(G):
         if G * g + r < N:
             out[0, G * g + r] = lanef(sumf, r)
@@ -455,7 +449,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     g0 = r0 // G
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
-    if MODE == 4 or MODE == 5:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
+    if MODE == LANES or MODE == LANES_M:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
             t = t0
             if XG == 16 and QH < 0:  # two tokens per pass over the group's weights (Q5: measured no faster)
@@ -529,7 +523,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                 acc = dpbusd(acc, v6, a6)
                 acc = dpbusd(acc, v7, a7)
                 so = 4 * G * (gi * TOK_TILE + t - t0)
-                s = _combine(load8xf32(sums, so), acc, SUB, asum[t, b], MODE, w, o, HAS_M, yd[t, b], ys[t, b])
+                s = _combine(load8xf32(sums, so), acc, SUB, asum[t, b], w, o, yd[t, b])
                 store8xf32(sums, so, s)
     for gi in range(n_groups):
         for r in range(G):

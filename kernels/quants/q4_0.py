@@ -75,9 +75,9 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=144 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=8, MODE=6 (llama.cpp's repacked q4_0_8x8
+# GB=144 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=8, MODE=SUMI_FMA (llama.cpp's repacked q4_0_8x8
 # kernels), Q8=False; a weight llama.cpp does not repack (base.llama_repacks) follows its AVX2
-# ggml_vec_dot_q4_0_q8_0 and, for batches, tinyBLAS_Q0 (the same order): MODE=4 in groups of q32.XG rows.
+# ggml_vec_dot_q4_0_q8_0 and, for batches, tinyBLAS_Q0 (the same order): MODE=LANES in groups of q32.XG rows.
 
 XS = q32.XS  # x86 lane order: groups of q32.XG rows, layout constants of 8-row groups times XS
 
@@ -91,25 +91,25 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out, q32.GEMV_PF)
+        q32.gemv_group(w, g, 144, -1, 16, False, 8, q32.SUMI_FMA, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 144, -1, 16, False, 8, 6, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 144, -1, 16, False, 8, q32.SUMI_FMA, False, qa, yd, ys, asum, out)
 
 
 @pjit
 def _gemv_x86(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 144 * XS, -1, 16 * XS, False, 8, 4, False, qa, yd, ys, asum, out, q32.GEMV_PF)
+        q32.gemv_group(w, g, 144 * XS, -1, 16 * XS, False, 8, q32.LANES, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit
 def _gemm_x86(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 144 * XS, -1, 16 * XS, False, 8, 4, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 144 * XS, -1, 16 * XS, False, 8, q32.LANES, False, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):

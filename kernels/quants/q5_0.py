@@ -79,7 +79,7 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=176 bytes per group-block, QH=16, QS=48, HAS_M=False, SUB=16, MODE=4 (x86 order), Q8=False
+# GB=176 bytes per group-block, QH=16, QS=48, HAS_M=False, SUB=16, MODE=LANES (x86 order), Q8=False
 
 XS = q32.XS  # x86 order: groups of q32.XG rows, layout constants of 8-row groups times XS
 
@@ -91,13 +91,13 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum, out, q32.GEMV_PF)
+        q32.gemv_group(w, g, 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 176 * XS, 16 * XS, 48 * XS, False, 16, 4, False, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):

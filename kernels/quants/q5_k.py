@@ -27,8 +27,9 @@ from ..ggml_type import QK_K, GGMLType
 from . import kquants
 from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
-                    maddubs, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32, zerof)
+from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32, maddubs,
+                    mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32,
+                    zerof)
 from ..fp16 import fma_f32
 from .base import BlockFormat, register
 from .q4_k import scale_min_k4

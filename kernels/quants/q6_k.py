@@ -29,11 +29,12 @@ from . import kquants
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
-                    hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32, zero16x32)
+from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
+                       hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32,
+                       zero16x32)
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8xf32,
-                    maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf, srl16, store8xf32,
-                    sub16, zero16, zero32, zerof)
+                    maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf,
+                    srl16, store8xf32, sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
 
 BLOCK_BYTES = 210

@@ -5,7 +5,7 @@ Flags follow tools/llama-bench/llama-bench.cpp: -m (repeatable or comma list), -
 -o md|csv|json|jsonl|sql, --no-warmup, --progress. Additions: `--no-roofline` (skip the bandwidth
 probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-bench with the same
 parameters first and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
-The method and the output are described in synapse_cli/bench.py and benchmarks/RESULTS.md.
+The method and the output are described in synapse_cli/bench/ and benchmarks/RESULTS.md.
 
 Deviation: synapse's KV cache needs the same K and V type, so when only one of -ctk/-ctv is given the
 other follows it (llama-bench would keep f16), and unequal pairs are refused.
@@ -19,7 +19,7 @@ import click
 
 from .llama_flags import KV_CACHE_TYPES
 
-from ..errors import SynapseError
+from kernels.errors import SynapseError
 
 
 def _ints(values: tuple[str, ...], flag: str, minimum: int) -> list[int] | None:

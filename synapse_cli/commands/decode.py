@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from ..errors import SynapseError
+from kernels.errors import SynapseError
 from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
 
 

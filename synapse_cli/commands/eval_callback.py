@@ -8,7 +8,7 @@ common_debug_cb_eval's format (common/debug.cpp), or as JSON lines with --json.
 `synapse eval-callback diff A B` compares two traces (llama.cpp logs, synapse logs or synapse
 --json); `diff --model M --prompt P LOG` runs synapse live as side A. Exit code 0: every compared
 tensor within tolerance; 1: a divergence (or nothing in common); 2: unusable input.
-The comparison rules are in synapse_cli/evalcb.py.
+The comparison rules are in synapse_cli/evalcb/diff.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from .. import evalcb
-from ..errors import SynapseError
+from kernels.errors import SynapseError
 from ..text import read_prompt
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
                           resolve_flash_attn)

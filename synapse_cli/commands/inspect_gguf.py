@@ -31,10 +31,11 @@ from typing import Any, Iterable
 import click
 import numpy as np
 
+from kernels.errors import SynapseError
 from kernels.ggml_type import GGMLType
+from kernels.gguf import SCALAR_DTYPES, Field, GGUFReader, GGUFValueType, StringArray, TensorInfo
 
-from ..errors import SynapseError
-from ..gguf import SCALAR_DTYPES, Field, GGUFReader, GGUFValueType, StringArray, TensorInfo
+from ..model_info import FTYPE_GUESSED, LLAMA_FTYPES, file_ftype
 
 # --- gguf-py's view of a field -----------------------------------------------------------------
 
@@ -357,36 +358,6 @@ def gguf_py_data_offset(reader: GGUFReader) -> int:
 
 # --- summary (llama.cpp print_info wording) ------------------------------------------------------
 
-# llama.h enum llama_ftype -> (LLAMA_FTYPE_ name, llama_ftype_name() text)
-LLAMA_FTYPES: dict[int, tuple[str, str]] = {
-    0: ("ALL_F32", "all F32"), 1: ("MOSTLY_F16", "F16"), 2: ("MOSTLY_Q4_0", "Q4_0"), 3: ("MOSTLY_Q4_1", "Q4_1"),
-    7: ("MOSTLY_Q8_0", "Q8_0"), 8: ("MOSTLY_Q5_0", "Q5_0"), 9: ("MOSTLY_Q5_1", "Q5_1"),
-    10: ("MOSTLY_Q2_K", "Q2_K - Medium"), 11: ("MOSTLY_Q3_K_S", "Q3_K - Small"),
-    12: ("MOSTLY_Q3_K_M", "Q3_K - Medium"), 13: ("MOSTLY_Q3_K_L", "Q3_K - Large"),
-    14: ("MOSTLY_Q4_K_S", "Q4_K - Small"), 15: ("MOSTLY_Q4_K_M", "Q4_K - Medium"),
-    16: ("MOSTLY_Q5_K_S", "Q5_K - Small"), 17: ("MOSTLY_Q5_K_M", "Q5_K - Medium"), 18: ("MOSTLY_Q6_K", "Q6_K"),
-    19: ("MOSTLY_IQ2_XXS", "IQ2_XXS - 2.0625 bpw"), 20: ("MOSTLY_IQ2_XS", "IQ2_XS - 2.3125 bpw"),
-    21: ("MOSTLY_Q2_K_S", "Q2_K - Small"), 22: ("MOSTLY_IQ3_XS", "IQ3_XS - 3.3 bpw"),
-    23: ("MOSTLY_IQ3_XXS", "IQ3_XXS - 3.0625 bpw"), 24: ("MOSTLY_IQ1_S", "IQ1_S - 1.5625 bpw"),
-    25: ("MOSTLY_IQ4_NL", "IQ4_NL - 4.5 bpw"), 26: ("MOSTLY_IQ3_S", "IQ3_S - 3.4375 bpw"),
-    27: ("MOSTLY_IQ3_M", "IQ3_S mix - 3.66 bpw"), 28: ("MOSTLY_IQ2_S", "IQ2_S - 2.5 bpw"),
-    29: ("MOSTLY_IQ2_M", "IQ2_M - 2.7 bpw"), 30: ("MOSTLY_IQ4_XS", "IQ4_XS - 4.25 bpw"),
-    31: ("MOSTLY_IQ1_M", "IQ1_M - 1.75 bpw"), 32: ("MOSTLY_BF16", "BF16"),
-    36: ("MOSTLY_TQ1_0", "TQ1_0 - 1.69 bpw ternary"), 37: ("MOSTLY_TQ2_0", "TQ2_0 - 2.06 bpw ternary"),
-    38: ("MOSTLY_MXFP4_MOE", "MXFP4 MoE"), 39: ("MOSTLY_NVFP4", "NVFP4"), 40: ("MOSTLY_Q1_0", "Q1_0"),
-    41: ("MOSTLY_Q2_0", "Q2_0"),
-}
-
-# llama-model-loader.cpp: the file type guessed from the most common tensor type when the key is absent
-_GUESSED_FTYPE = {
-    GGMLType.F32: 0, GGMLType.F16: 1, GGMLType.BF16: 32, GGMLType.Q4_0: 2, GGMLType.Q4_1: 3, GGMLType.Q5_0: 8,
-    GGMLType.Q5_1: 9, GGMLType.Q8_0: 7, GGMLType.Q2_K: 10, GGMLType.Q3_K: 12, GGMLType.Q4_K: 15,
-    GGMLType.Q5_K: 17, GGMLType.Q6_K: 18, GGMLType.TQ1_0: 36, GGMLType.TQ2_0: 37, GGMLType.IQ2_XXS: 19,
-    GGMLType.IQ2_XS: 20, GGMLType.IQ2_S: 28, GGMLType.IQ3_XXS: 23, GGMLType.IQ1_S: 24, GGMLType.IQ1_M: 31,
-    GGMLType.IQ4_NL: 25, GGMLType.IQ4_XS: 30, GGMLType.IQ3_S: 26, GGMLType.NVFP4: 39, GGMLType.Q1_0: 40,
-    GGMLType.Q2_0: 41,
-}
-
 # llama-vocab.cpp: tokenizer.ggml.model -> vocab type name
 _VOCAB_TYPES = {"no_vocab": "no vocab", "none": "no vocab", "llama": "SPM", "bert": "WPM", "gpt2": "BPE",
                 "hybriddna": "BPE", "whitespace": "BPE", "gemma4": "BPE", "t5": "UGM", "rwkv": "RWKV",
@@ -414,23 +385,12 @@ def model_summary(reader: GGUFReader) -> dict[str, Any]:
     n_bytes = sum(t.nbytes for t in reader.tensors)
     by_type = Counter(t.ggml_type for t in reader.tensors)
 
-    ftype = _scalar(reader, "general.file_type")
-    guessed = not isinstance(ftype, int)
-    if guessed and reader.tensors:
-        # most common type; ties go to the type seen first (llama.cpp scans its name-ordered map)
-        counts: Counter = Counter()
-        best, best_n = GGMLType.F32, 0
-        for t in sorted(reader.tensors, key=lambda t: t.name):
-            counts[t.ggml_type] += 1
-            if counts[t.ggml_type] > best_n:
-                best, best_n = GGMLType(t.ggml_type), counts[t.ggml_type]
-        ftype = _GUESSED_FTYPE.get(best, 0)
-    if isinstance(ftype, int):
-        enum_name, text = LLAMA_FTYPES.get(ftype, (f"unknown ({ftype})", "unknown, may not work"))
-        file_type = f"{'(guessed) ' if guessed else ''}{text}"
-        ftype_enum = f"LLAMA_FTYPE_{enum_name}"
-    else:
-        file_type, ftype_enum = "unknown", "-"
+    ftype = file_ftype(reader)
+    guessed = bool(ftype & FTYPE_GUESSED)
+    enum_name, text = LLAMA_FTYPES.get(ftype & ~FTYPE_GUESSED, (f"unknown ({ftype & ~FTYPE_GUESSED})",
+                                                                 "unknown, may not work"))
+    file_type = f"{'(guessed) ' if guessed else ''}{text}"
+    ftype_enum = f"LLAMA_FTYPE_{enum_name}"
 
     gib = 1024**3
     if n_bytes < gib:

@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from synapse_cli.errors import SynapseError
+from kernels.errors import SynapseError
 from synapse_cli.text import process_escapes_bytes as process_escapes
 
 
@@ -70,6 +70,7 @@ def _run_jsonl(tok, src: str, default_add: bool, default_parse: bool) -> None:
         raise InputError(f"could not open file '{src}' for reading: {e.strerror or e}") from None
     out = sys.stdout
     failed = []  # line numbers
+    first_error = ""
     with stream:
         for lineno, raw in enumerate(stream, 1):
             try:
@@ -78,7 +79,7 @@ def _run_jsonl(tok, src: str, default_add: bool, default_parse: bool) -> None:
             except InputError as e:  # one output line per input line: the error in place of the ids
                 failed.append(lineno)
                 out.write(json.dumps({"error": str(e)}) + "\n")
-                first_error = f"{src}:{lineno}: {e}" if len(failed) == 1 else first_error
+                first_error = first_error or f"{src}:{lineno}: {e}"
     out.flush()
     if failed:
         raise InputError(f"{len(failed)} of {lineno} lines failed (first: {first_error})")

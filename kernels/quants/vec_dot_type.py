@@ -113,7 +113,8 @@ def quantize_q8_1_x86(x, qs, d16, d, s16, s):
 
 @pjit
 def quantize_q8_0_ref(x, qs, d16, d):
-    """quantize_row_q8_0_ref (generic C), same outputs as quantize_q8_0_x86."""
+    """quantize_row_q8_0_ref (generic C): ties away from zero and id = 1/d, so it differs from quantize_q8_0_x86
+    on ties and where 127/amax and 1/(amax/127) round apart (module docstring)."""
     T, K = x.shape
     for t in prange(T):
         for b in range(K // QK8):

@@ -1,0 +1,369 @@
+"""Q4_K's batched 512-bit kernels over the repacked rows of `q4_k` (PACKED_BYTES-byte blocks): `_gemm_z`
+(AVX512BW, rows unpacked once for several tokens) and `_gemm_vnni` (AVX512-VNNI, tokens in the lanes). Both give
+q4_k.row_dot_x86's bits; see q4_k's docstring for the orders."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import ijit, jit, pjit
+from ..ggml_type import QK_K
+from ._bits import f16_to_f32, read_u16
+from ..fp16 import fma_f32
+from ._simd512 import (as16z, bcast4z, cvt_f32z, dpbusd_z, ffma_z, fmul_z, load16xf32, load32x16z, splat32z, splatfz,
+                       store16xf32, unpack_nibbles64)
+from ._simd import load16x16
+from ._simd512 import (add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16, load64, maddubs_z, perm32_store,
+                       prefetchw, scales2x16, splat8z, srl16x2, store8x32, sums8x8, zero16x32)
+from ._simd import cvt_f32, dpwssd, ffma, fmul, hsum32, load8xf32, splatf, store8xf32, zero32
+
+PACKED_BYTES = 148  # a repacked Q4_K block (q4_k's docstring: qs permuted, 8 scales, 8 mins, d, dmin)
+
+
+# ------------------------------------------------------------------------------------ gemm, 512-bit (AVX512BW)
+
+Z_ROW_TILE = 16
+Z_TOK_TILE = 32
+
+
+@jit
+def _unpack_z(w, n, ob, rb, m0f):
+    """The 4 nibble vectors [sub-block 2c | 2c+1] and scale vectors [sc(2c) x16 | sc(2c+1) x16] of (row n,
+    block at byte ob)."""
+    o = n * rb + ob
+    q0 = and64(srl16x2(bcast32x2(w, o), 0, 4), m0f)
+    q1 = and64(srl16x2(bcast32x2(w, o + 32), 0, 4), m0f)
+    q2 = and64(srl16x2(bcast32x2(w, o + 64), 0, 4), m0f)
+    q3 = and64(srl16x2(bcast32x2(w, o + 96), 0, 4), m0f)
+    s0 = scales2x16(w, o + 128)
+    s1 = scales2x16(w, o + 130)
+    s2 = scales2x16(w, o + 132)
+    s3 = scales2x16(w, o + 134)
+    return q0, q1, q2, q3, s0, s1, s2, s3
+
+
+@jit
+def _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, r, bsP, ydT, accm, SB):
+    """accm[r, tokens] = fma(M, dmin * dy, accm) for row n, block at byte ob, 8 tokens per ymm: M = sum_j
+    min[j] * bs32[j] by vpdpwssd on (min[2j], min[2j+1]) x (bs32[2j], bs32[2j+1]) pairs - per super-block, or
+    per pair j (= ggml's sb) when SB."""
+    m01 = bcast_pair16(w, n * rb + ob + 136)
+    m23 = bcast_pair16(w, n * rb + ob + 138)
+    m45 = bcast_pair16(w, n * rb + ob + 140)
+    m67 = bcast_pair16(w, n * rb + ob + 142)
+    dmx = splatf(f16_to_f32(read_u16(w[n], ob + 146)))
+    for tc in range(n_tc):
+        tg = t0 + 8 * tc
+        pb = 2 * (2 * (4 * b * Tp + tg))  # bsP[b, 0, tg, 0]
+        dmin = fmul(dmx, load8xf32(ydT, 4 * (b * Tp + tg)))
+        sf = 4 * (r * accm.shape[1] + 8 * tc)
+        a = load8xf32(accm, sf)
+        if SB:
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb), m01)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 4 * Tp), m23)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 8 * Tp), m45)), dmin, a)
+            a = ffma(cvt_f32(dpwssd(zero32(), load16x16(bsP, pb + 12 * Tp), m67)), dmin, a)
+        else:
+            m = dpwssd(zero32(), load16x16(bsP, pb), m01)
+            m = dpwssd(m, load16x16(bsP, pb + 4 * Tp), m23)
+            m = dpwssd(m, load16x16(bsP, pb + 8 * Tp), m45)
+            m = dpwssd(m, load16x16(bsP, pb + 12 * Tp), m67)
+            a = ffma(cvt_f32(m), dmin, a)
+        store8xf32(accm, sf, a)
+
+
+@jit
+def _acc_z(acc, r, tt, d, u0, u1, u2, u3, SB):
+    """acc[r, tt] = fma(I, d, acc[r, tt]) with I the exact sum of the chunk vectors u0..u3: once per block, or
+    once per chunk (= ggml's sb) when SB."""
+    a = acc[r, tt]
+    if SB:
+        a = fma_f32(np.float32(hsum32(fold16(u0))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u1))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u2))), d, a)
+        a = fma_f32(np.float32(hsum32(fold16(u3))), d, a)
+    else:
+        a = fma_f32(np.float32(hsum32(fold16(add32z(add32z(u0, u1), add32z(u2, u3))))), d, a)
+    acc[r, tt] = a
+
+
+@jit
+def _block_sum_z(q0, q1, q2, q3, s0, s1, s2, s3, y0, y1, y2, y3):
+    """<8 x i32> whose lanes add up to the block's integer sum I (chunk vectors of one row, folded)."""
+    return fold16(add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q0, y0), s0), maddubs_z(q1, y1), s1),
+                         dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q2, y2), s2), maddubs_z(q3, y3), s3)))
+
+
+@pjit
+def _gemm_z(w, qp, ydT, bsP, SB, out):
+    """zmm gemm on the same repacked rows; ydT (nb, Tp) f32 and bsP (nb, 4, Tp, 2) int16 = bs32 pairs
+    (2j, 2j+1) are token-major copies (Tp = T rounded up to 8, padding zero) for the vectorised min term.
+
+    Each thread takes Z_ROW_TILE rows and runs through the tokens Z_TOK_TILE at a time, block by block, two
+    rows at a time; per (row, block) the 8 sub-blocks are unpacked once into 4 zmm, each [sub-block 2c | 2c+1]
+    = [low | high nibbles of chunk c], so one zmm activation load (64 contiguous permuted quants) feeds each;
+    with the scale vectors [sc(2c) x16 | sc(2c+1) x16] vpmaddubsw + vpdpwssd give chunk c's integer sum in 16
+    lanes. Per (row, token) row_dot_x86's float sequence (SB as there): d = dx*dy is computed for the token
+    tile per (row, block); the min term is _min_term_z's."""
+    N = w.shape[0]
+    T, K = qp.shape
+    nb = K // QK_K
+    rb = w.shape[1]
+    Tp = ydT.shape[1]
+    n_rt = (N + Z_ROW_TILE - 1) // Z_ROW_TILE
+    for rt in prange(n_rt):
+        r0 = rt * Z_ROW_TILE
+        r1 = min(N, r0 + Z_ROW_TILE)
+        # row Z_ROW_TILE: scratch for the partner of an odd last row
+        acc = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE), np.float32)
+        accm = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
+        dbuf = np.empty((2, Z_TOK_TILE), np.float32)
+        ibuf = np.empty((2, 8, 8), np.int32)  # per row of the pair: 8 tokens' folded integer sums
+        m0f = splat8z(15)
+        for t0 in range(0, T, Z_TOK_TILE):
+            t1 = min(T, t0 + Z_TOK_TILE)
+            for t in range(t0, t1):  # this tile's output lines, written at its end
+                prefetchw(out, 4 * (t * N + r0))
+                prefetchw(out, 4 * (t * N + r1) - 4)
+            acc[:] = 0
+            accm[:] = 0
+            n_tc = (t1 - t0 + 7) // 8
+            for b in range(nb):
+                ob = b * PACKED_BYTES
+                for n in range(r0, r1, 2):
+                    n2 = min(n + 1, r1 - 1)
+                    ra = n - r0
+                    rb2 = n + 1 - r0 if n + 1 < r1 else Z_ROW_TILE
+                    a0, a1, a2, a3, sa0, sa1, sa2, sa3 = _unpack_z(w, n, ob, rb, m0f)
+                    b0, b1, b2, b3, sb0, sb1, sb2, sb3 = _unpack_z(w, n2, ob, rb, m0f)
+                    dxa = splatf(f16_to_f32(read_u16(w[n], ob + 144)))
+                    dxb = splatf(f16_to_f32(read_u16(w[n2], ob + 144)))
+                    for tc in range(n_tc):
+                        yv = load8xf32(ydT, 4 * (b * Tp + t0 + 8 * tc))
+                        store8xf32(dbuf, 32 * tc, fmul(dxa, yv))
+                        store8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc, fmul(dxb, yv))
+                    if SB:
+                        for t in range(t0, t1):
+                            oa = t * K + b * QK_K
+                            y0 = load64(qp, oa)
+                            y1 = load64(qp, oa + 64)
+                            y2 = load64(qp, oa + 128)
+                            y3 = load64(qp, oa + 192)
+                            _acc_z(acc, ra, t - t0, dbuf[0, t - t0],
+                                   dpwssd_z(zero16x32(), maddubs_z(a0, y0), sa0),
+                                   dpwssd_z(zero16x32(), maddubs_z(a1, y1), sa1),
+                                   dpwssd_z(zero16x32(), maddubs_z(a2, y2), sa2),
+                                   dpwssd_z(zero16x32(), maddubs_z(a3, y3), sa3), True)
+                            _acc_z(acc, rb2, t - t0, dbuf[1, t - t0],
+                                   dpwssd_z(zero16x32(), maddubs_z(b0, y0), sb0),
+                                   dpwssd_z(zero16x32(), maddubs_z(b1, y1), sb1),
+                                   dpwssd_z(zero16x32(), maddubs_z(b2, y2), sb2),
+                                   dpwssd_z(zero16x32(), maddubs_z(b3, y3), sb3), True)
+                        continue
+                    # per-block order: the 16-lane integer sums of 8 tokens go to ibuf, are reduced together
+                    # (lanes = tokens), and the FMAs run 8 tokens per vector
+                    for tc in range(n_tc):
+                        ta = t0 + 8 * tc
+                        tb = min(t1, ta + 8)
+                        for t in range(ta, ta + 8):
+                            k = t - ta
+                            if t < tb:
+                                oa = t * K + b * QK_K
+                                y0 = load64(qp, oa)
+                                y1 = load64(qp, oa + 64)
+                                y2 = load64(qp, oa + 128)
+                                y3 = load64(qp, oa + 192)
+                                ia = _block_sum_z(a0, a1, a2, a3, sa0, sa1, sa2, sa3, y0, y1, y2, y3)
+                                ib = _block_sum_z(b0, b1, b2, b3, sb0, sb1, sb2, sb3, y0, y1, y2, y3)
+                                store8x32(ibuf, 32 * k, ia)
+                                store8x32(ibuf, 256 + 32 * k, ib)
+                            else:
+                                store8x32(ibuf, 32 * k, zero32())
+                                store8x32(ibuf, 256 + 32 * k, zero32())
+                        sa = 4 * (ra * Z_TOK_TILE + 8 * tc)
+                        store8xf32(acc, sa, ffma(cvt_f32(sums8x8(ibuf, 0)), load8xf32(dbuf, 32 * tc),
+                                                 load8xf32(acc, sa)))
+                        sb_ = 4 * (rb2 * Z_TOK_TILE + 8 * tc)
+                        db = load8xf32(dbuf, 4 * Z_TOK_TILE + 32 * tc)
+                        store8xf32(acc, sb_, ffma(cvt_f32(sums8x8(ibuf, 256)), db, load8xf32(acc, sb_)))
+                for n in range(r0, r1):
+                    _min_term_z(w, n, ob, rb, b, Tp, t0, n_tc, n - r0, bsP, ydT, accm, SB)
+            for t in range(t0, t1):
+                for n in range(r0, r1):
+                    out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
+
+
+@jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
+def _prep_z(qs, bsums, d, qp, ydT, bsP):
+    """Q8_K activations (qs (T, K) int8, bsums (T, K/16) int16, d (T, K/256) f32) -> _gemm_z's inputs in one
+    pass: qp (T, K) int8 in kquants.PERM order (what kquants.prep_q8k gives), ydT (nb, Tp) f32 = d transposed,
+    bsP (nb, 4, Tp, 2) int16: bsP[b, j, t, k] = bsum32 of group 8b + 2j + k (Tp = T rounded up to 8; callers
+    zero the padding)."""
+    T, K = qs.shape
+    nb = K // QK_K
+    for t in range(T):
+        for g in range(K // 32):
+            perm32_store(qp, t * K + 32 * g, qs, t * K + 32 * g)
+        for b in range(nb):
+            ydT[b, t] = d[t, b]
+            for g in range(8):
+                bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
+                                                   + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+
+
+# -------------------------------------------------------------- gemm, tokens in lanes (AVX512-VNNI, _gemm_vnni)
+
+V_ROW_TILE = 16  # rows per parallel task
+V_TOK_TILE = 64  # tokens per pass over a task's rows: 4 zmm of 16 tokens
+# below this many tokens the padding to 32 costs more than _gemm_vnni saves (1536x8960, 2 threads, GFLOP/s
+# _gemm_z / _gemm_vnni: T=8 218 / 116, T=16 251 / 257, T=24 300 / 362, T=512 242 / 473)
+V_MIN_TOKENS = 16
+
+
+@jit
+def _prep_vnni(qs, bsums, d, row8, row32, qT32, ydT, bsP):
+    """Q8_K activations -> _gemm_vnni's inputs: qT32 (Tp/16, K/4, 16) int32 = each token's quants in
+    kquants.PERM order (row8 / row32: one token's scratch, two views of one buffer), 4 bytes per lane, 16 tokens
+    per 64-byte vector; ydT (nb, Tp) and bsP (nb, 4, Tp, 2) as _prep_z. Callers zero the padding tokens."""
+    T, K = qs.shape
+    nb = K // QK_K
+    for t in range(T):
+        for g in range(K // 32):
+            perm32_store(row8, 32 * g, qs, t * K + 32 * g)
+        gt, tl = t // 16, t % 16
+        for q in range(K // 4):
+            qT32[gt, q, tl] = row32[q]
+        for b in range(nb):
+            ydT[b, t] = d[t, b]
+            for g in range(8):
+                bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
+                                                   + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+
+
+@ijit
+def _fma_tokens(acc, o, i, dx, ydT, yo):
+    """acc[16 tokens at byte o] = fma(float(i), dx * dy, acc) lane-wise (dy: 16 tokens at byte yo of ydT)."""
+    store16xf32(acc, o, ffma_z(cvt_f32z(i), fmul_z(splatfz(dx), load16xf32(ydT, yo)), load16xf32(acc, o)))
+
+
+@pjit
+def _gemm_vnni(w, qT, ydT, bsP, SB, out):
+    """gemm with the tokens in the lanes: qT (Tp/16, K/4, 64) int8 from _prep_vnni (Tp = T rounded up to 32).
+
+    Per (4 rows, block) the 4-bit quants are unpacked once to bytes (wq, 1 KB in L1); then for 32 tokens at a
+    time, every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4
+    quants of 16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits
+    int16), and vpdpwssd with (scale, 0) int16 pairs adds scale * S to the block's integer sum I - exact
+    integers, the same I and M as row_dot_x86 - so no horizontal sums at all: the float FMAs of
+    row_dot_x86's sequence (SB as there) run 16 tokens per instruction. 4 rows x 2 token groups = 8 sums in
+    registers: per 4 weights 6 loads feed 8 vpdpbusd (64 multiply-adds each)."""
+    N = w.shape[0]
+    T = out.shape[0]
+    nb, Tp = ydT.shape
+    nq = qT.shape[1]
+    rb = w.shape[1]
+    n_rt = (N + V_ROW_TILE - 1) // V_ROW_TILE
+    for rt in prange(n_rt):
+        r0 = rt * V_ROW_TILE
+        r1 = min(N, r0 + V_ROW_TILE)
+        wq = np.empty(4 * QK_K, np.uint8)           # (4 rows, 256) unpacked quants of one block
+        sc = np.empty(32, np.int32)                 # (4 rows, 8) sub-block scales
+        mp = np.empty((4, 4), np.int32)             # (4 rows, 4) min pairs (2j, 2j+1) as int16 pairs
+        dx = np.empty(4, np.float32)
+        dmx = np.empty(4, np.float32)
+        acc = np.empty((V_ROW_TILE + 3, V_TOK_TILE), np.float32)   # + 3: clamped rows past r1
+        accm = np.empty((V_ROW_TILE + 3, V_TOK_TILE), np.float32)
+        for t0 in range(0, Tp, V_TOK_TILE):
+            t1 = min(Tp, t0 + V_TOK_TILE)
+            acc[:] = 0
+            accm[:] = 0
+            for b in range(nb):
+                ob = b * PACKED_BYTES
+                for r4 in range(r0, r1, 4):
+                    ra = r4 - r0
+                    for r in range(4):
+                        n = min(r4 + r, r1 - 1)
+                        for c in range(4):
+                            unpack_nibbles64(wq, QK_K * r + 64 * c, w, n * rb + ob + 32 * c)
+                        for j in range(8):
+                            sc[8 * r + j] = np.int32(w[n, ob + 128 + j])
+                        for jp in range(4):
+                            mp[r, jp] = np.int32(w[n, ob + 136 + 2 * jp]) | (np.int32(w[n, ob + 137 + 2 * jp]) << 16)
+                        dx[r] = f16_to_f32(read_u16(w[n], ob + 144))
+                        dmx[r] = f16_to_f32(read_u16(w[n], ob + 146))
+                    for tg in range(t0, t1, 32):
+                        g0 = tg // 16
+                        oy = 4 * (b * Tp + tg)           # ydT[b, tg]
+                        oa = 4 * (ra * V_TOK_TILE + tg - t0)
+                        i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()  # block sums I
+                        for c in range(4):
+                            for h in range(4):
+                                j = 2 * c + h // 2
+                                s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero16x32()  # half sums S
+                                for q in range(4):
+                                    k = 16 * c + 4 * h + q   # 4-weight group in the block
+                                    y0 = load64(qT, 64 * (g0 * nq + 64 * b + k))
+                                    y1 = load64(qT, 64 * ((g0 + 1) * nq + 64 * b + k))
+                                    u = bcast4z(wq, 4 * k)
+                                    s00 = dpbusd_z(s00, u, y0)
+                                    s01 = dpbusd_z(s01, u, y1)
+                                    u = bcast4z(wq, QK_K + 4 * k)
+                                    s10 = dpbusd_z(s10, u, y0)
+                                    s11 = dpbusd_z(s11, u, y1)
+                                    u = bcast4z(wq, 2 * QK_K + 4 * k)
+                                    s20 = dpbusd_z(s20, u, y0)
+                                    s21 = dpbusd_z(s21, u, y1)
+                                    u = bcast4z(wq, 3 * QK_K + 4 * k)
+                                    s30 = dpbusd_z(s30, u, y0)
+                                    s31 = dpbusd_z(s31, u, y1)
+                                v = as16z(splat32z(sc[j]))
+                                i00 = dpwssd_z(i00, as16z(s00), v)
+                                i01 = dpwssd_z(i01, as16z(s01), v)
+                                v = as16z(splat32z(sc[8 + j]))
+                                i10 = dpwssd_z(i10, as16z(s10), v)
+                                i11 = dpwssd_z(i11, as16z(s11), v)
+                                v = as16z(splat32z(sc[16 + j]))
+                                i20 = dpwssd_z(i20, as16z(s20), v)
+                                i21 = dpwssd_z(i21, as16z(s21), v)
+                                v = as16z(splat32z(sc[24 + j]))
+                                i30 = dpwssd_z(i30, as16z(s30), v)
+                                i31 = dpwssd_z(i31, as16z(s31), v)
+                            # ggml_gemm_q4_K_8x8_q8_K (SB): one FMA per 64-weight pair; ggml_gemv_q4_K_8x8_q8_K:
+                            # one per block
+                            if SB or c == 3:
+                                _fma_tokens(acc, oa, i00, dx[0], ydT, oy)
+                                _fma_tokens(acc, oa + 64, i01, dx[0], ydT, oy + 64)
+                                _fma_tokens(acc, oa + 4 * V_TOK_TILE, i10, dx[1], ydT, oy)
+                                _fma_tokens(acc, oa + 4 * V_TOK_TILE + 64, i11, dx[1], ydT, oy + 64)
+                                _fma_tokens(acc, oa + 8 * V_TOK_TILE, i20, dx[2], ydT, oy)
+                                _fma_tokens(acc, oa + 8 * V_TOK_TILE + 64, i21, dx[2], ydT, oy + 64)
+                                _fma_tokens(acc, oa + 12 * V_TOK_TILE, i30, dx[3], ydT, oy)
+                                _fma_tokens(acc, oa + 12 * V_TOK_TILE + 64, i31, dx[3], ydT, oy + 64)
+                                i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()
+                        # the min term accm = fma(M, dmin * dy, accm), M = sum_j min_j * bs32_j by vpdpwssd on
+                        # (min 2j, min 2j+1) x (bs32 2j, bs32 2j+1) pairs: per block, or per pair (SB)
+                        for r in range(4):
+                            dmr = splatfz(dmx[r])
+                            for t in range(tg, tg + 32, 16):
+                                o = 4 * ((ra + r) * V_TOK_TILE + t - t0)
+                                bo = 4 * (b * 4 * Tp + t)           # bsP[b, 0, t, 0]
+                                dmin_y = fmul_z(dmr, load16xf32(ydT, 4 * (b * Tp + t)))
+                                a = load16xf32(accm, o)
+                                if SB:
+                                    for jp in range(4):
+                                        m = dpwssd_z(zero16x32(), load32x16z(bsP, bo + 4 * jp * Tp),
+                                                     as16z(splat32z(mp[r, jp])))
+                                        a = ffma_z(cvt_f32z(m), dmin_y, a)
+                                else:
+                                    m = dpwssd_z(zero16x32(), load32x16z(bsP, bo), as16z(splat32z(mp[r, 0])))
+                                    m = dpwssd_z(m, load32x16z(bsP, bo + 4 * Tp), as16z(splat32z(mp[r, 1])))
+                                    m = dpwssd_z(m, load32x16z(bsP, bo + 8 * Tp), as16z(splat32z(mp[r, 2])))
+                                    m = dpwssd_z(m, load32x16z(bsP, bo + 12 * Tp), as16z(splat32z(mp[r, 3])))
+                                    a = ffma_z(cvt_f32z(m), dmin_y, a)
+                                store16xf32(accm, o, a)
+            for t in range(t0, min(T, t1)):
+                for n in range(r0, r1):
+                    out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
+
+

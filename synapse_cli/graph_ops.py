@@ -1,0 +1,213 @@
+"""The operations of llama.cpp's llama/qwen2/mistral3 graph, as the forward pass (`Context._forward_ubatch`)
+calls them, in two kinds:
+
+* `GraphOps` computes them, fused where ggml's results allow it (RMS_NORM and MUL in one pass, Q/K/V and
+  gate/up from one conversion of the activations, both ropes in one call);
+* `TracedGraphOps` computes the same values op by op, the way llama.cpp's graph evaluates them, and hands each
+  node to a `GraphTrace` (names, ops, sources and shapes of llama-eval-callback's log). It keeps the names of
+  the tensors the next nodes read (the residual stream, the attention output).
+
+Both give the same bits (tests/test_evalcb_live.py compares traced and untraced logits). Arrays are numpy,
+(tokens, features) unless said otherwise; every method writes into the `out` arrays it is given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.activations import swiglu
+from kernels.matmul import matmul, matmul_many
+from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
+
+
+def _add_bias(out: np.ndarray, b) -> None:
+    if b is not None:
+        add(out, b, out)
+
+
+class GraphOps:
+    """Untraced: the fused computations."""
+
+    def __init__(self, ctx, T: int, pos: np.ndarray, n_used: int, n_kv: int, rope_args: tuple, temp):
+        self.ctx, self.hp, self.T = ctx, ctx.hp, T
+        self.pos, self.n_used, self.n_kv = pos, n_used, n_kv  # (T,) positions; cells used; cells attended
+        self.rope_args = rope_args
+        self.temp = temp  # (T,) mistral3's attention temperature, or None
+        self.lo = not ctx.batch_invariant  # llama.cpp's batch order for products whose batched order differs
+
+    # --- input, norms, output
+
+    def embd(self, tokens, x):
+        self.ctx.model.tok_embd.get_rows(tokens, x)
+
+    def norm(self, x, w, out, names: tuple[str, str], weight_name: str):
+        """build_norm (LLM_NORM_RMS): RMS_NORM then MUL by the weight; names: (norm, weighted)."""
+        rms_norm_mul(x, self.hp.f_norm_rms_eps, w, out)
+
+    def logits(self, x, out):
+        matmul(self.ctx.model.output, x, out, self.lo)
+
+    # --- attention block
+
+    def qkv(self, il: int, L, cur, q, k, v, q_r, k_r):
+        """Q, K, V projections (+ biases), rope of Q and K (q_r (T, H, D), k_r (T, Hkv, D)), the temperature of
+        Q, and the Hadamard rotations of a quantized cache (Q and K; V)."""
+        from kernels.kv_cache import fwht_rows
+        from kernels.rope import rope_qk
+
+        hp, ctx, T = self.hp, self.ctx, self.T
+        matmul_many(L.qkv, cur, [q, k, v], self.lo)  # activations converted once, one parallel region
+        for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
+            _add_bias(out, b)
+        rope_qk(q.reshape(T, hp.n_head, hp.n_embd_head), k.reshape(T, hp.n_head_kv, hp.n_embd_head), self.pos,
+                q_r, k_r, *self.rope_args)
+        if self.temp is not None:
+            q_r *= self.temp[:, None, None]  # ggml_mul(Qcur, inp_attn_scale)
+        if ctx.rot_k:
+            fwht_rows(q_r, ctx.rot_k)
+            fwht_rows(k_r, ctx.rot_k)
+        if ctx.rot_v:
+            fwht_rows(v, ctx.rot_v)
+
+    def attention(self, il: int, q_r, k_r, v3, kqv_out):
+        """Store K and V (T, Hkv, D) in the cache, attend (kqv_out (T, H*D)), rotate the output back (a
+        quantized V cache)."""
+        from kernels.kv_cache import fwht_rows
+
+        self.ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.n_used, self.n_kv, kqv_out)
+        if self.ctx.rot_v:  # llama_mul_mat_hadamard after build_attn_mha
+            fwht_rows(kqv_out, self.ctx.rot_v)
+
+    def attn_out(self, il: int, L, kqv_out, out):
+        matmul(L.attn_output, kqv_out, out, self.lo)
+        _add_bias(out, L.attn_output_b)
+
+    def out_rows(self, attn_out, x, n: int):
+        """The last layer keeps only the last n rows (llama.cpp's out_ids: the rows whose logits are wanted)."""
+        return attn_out[self.T - n:], x[self.T - n:]
+
+    # --- residuals and the feed-forward block
+
+    def add(self, name: str, a, b, out):
+        add(a, b, out)
+
+    def gate_up(self, il: int, L, cur, gate, up):
+        matmul_many(L.gate_up, cur, [gate, up], self.lo)
+        _add_bias(gate, L.ffn_gate_b)
+        _add_bias(up, L.ffn_up_b)
+
+    def swiglu(self, il: int, gate, up):
+        swiglu(gate, up, gate)
+
+    def ffn_down(self, il: int, L, h, out):
+        matmul(L.ffn_down, h, out, self.lo)
+        _add_bias(out, L.ffn_down_b)
+
+
+class TracedGraphOps(GraphOps):
+    """Op by op in llama.cpp's graph order, every node handed to the GraphTrace `g`."""
+
+    def __init__(self, g, *args):
+        super().__init__(*args)
+        self.g = g
+        self.res_name = "embd"  # the residual stream's latest node (norms read it)
+        self.kq = self.kq_sm = None  # (H, T, n_kv): the soft-max graph's kq and kq_soft_max
+        if not self.ctx.flash_attn:
+            H = self.hp.n_head
+            self.kq = np.empty((H, self.T, self.n_kv), dtype=np.float32)
+            self.kq_sm = np.empty((H, self.T, self.n_kv), dtype=np.float32)
+
+    def embd(self, tokens, x):
+        super().embd(tokens, x)
+        self.g.embd(x, self.hp.n_vocab)
+
+    def norm(self, x, w, out, names, weight_name):
+        rms_norm(x, self.hp.f_norm_rms_eps, out)
+        normed = out.copy()
+        mul_rows(out, w, out)
+        self.g.norm(names, normed, self.res_name, out, weight_name)
+
+    def logits(self, x, out):
+        super().logits(x, out)
+        self.g.matmul("result_output", out, self.ctx.model.output.name, self.hp.n_embd, "result_norm")
+
+    def qkv(self, il, L, cur, q, k, v, q_r, k_r):
+        from kernels.kv_cache import fwht_rows
+        from kernels.rope import rope
+
+        hp, ctx, g, T = self.hp, self.ctx, self.g, self.T
+        D = hp.n_embd_head
+        g.set_attn_norm_shape(cur)
+        # llama.cpp's graph evaluates Q, then V, then K
+        for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, hp.n_head, q_r),
+                                               ("Vcur", L.attn_v, L.attn_v_b, v, hp.n_head_kv, None),
+                                               ("Kcur", L.attn_k, L.attn_k_b, k, hp.n_head_kv, k_r)):
+            matmul(W, cur, out, self.lo)
+            raw = out.copy()
+            _add_bias(out, b)
+            shaped = out.reshape(T, heads, D)
+            temp_scaled = r_shown = None
+            if r_out is not None:
+                rope(shaped, self.pos, r_out, *self.rope_args)
+                r_shown = r_out
+                if which == "Qcur" and self.temp is not None:
+                    r_shown = r_out.copy()
+                    r_out *= self.temp[:, None, None]
+                    temp_scaled = r_out
+            g.qkv_proj(il, which, raw, out if b is not None else None, W.name, W.name.replace(".weight", ".bias"),
+                       shaped, r_shown, temp_scaled)
+            n_rot, rot_name = (ctx.rot_v, "attn_inp_v_rot") if which == "Vcur" else (ctx.rot_k, "attn_inp_k_rot")
+            if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
+                x = r_out if r_out is not None else shaped
+                before = x.copy()
+                fwht_rows(x, n_rot)
+                g.rotation(f"{which}-{il}", before, x, n_rot, rot_name)
+
+    def attention(self, il, q_r, k_r, v3, kqv_out):
+        from kernels.kv_cache import fwht_rows
+
+        ctx, g = self.ctx, self.g
+        if not ctx.flash_attn:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS writes
+            g.v_cache_before = ctx.cache_views(il, self.n_kv)[1].copy()
+        ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.n_used, self.n_kv, kqv_out, self.kq, self.kq_sm)
+        ctx.trace_attention(g, il, k_r, v3, q_r, self.temp, self.n_kv, self.kq, self.kq_sm, kqv_out)
+        self.kqv_name = f"kqv_out-{il}"
+        if ctx.rot_v:
+            before = kqv_out.copy()
+            fwht_rows(kqv_out, ctx.rot_v)
+            self.kqv_name = g.rotation(self.kqv_name, before, kqv_out, ctx.rot_v, "attn_inp_v_rot")
+
+    def attn_out(self, il, L, kqv_out, out):
+        matmul(L.attn_output, kqv_out, out, self.lo)
+        self.attn_name = self.g.attn_out(il, out, L.attn_output.name, self.hp.n_head * self.hp.n_embd_head,
+                                         self.kqv_name)
+        _add_bias(out, L.attn_output_b)
+
+    def out_rows(self, attn_out, x, n):
+        a, b = super().out_rows(attn_out, x, n)
+        self.attn_name, self.res_name = self.g.out_rows(self.attn_name, a, self.res_name, b, self.T)
+        return a, b
+
+    def add(self, name, a, b, out):
+        add(a, b, out)
+        if name.startswith("ffn_inp"):  # attention output + residual
+            self.g.add(name, out, self.attn_name, self.res_name)
+        else:  # l_out: FFN output + ffn_inp
+            il = name.rsplit("-", 1)[1]
+            self.g.add(name, out, f"ffn_out-{il}", f"ffn_inp-{il}")
+        self.res_name = name
+
+    def gate_up(self, il, L, cur, gate, up):
+        matmul_many(L.gate_up, cur, [gate, up], self.lo)
+        _add_bias(gate, L.ffn_gate_b)
+        self.g.matmul(f"ffn_gate-{il}", gate, L.ffn_gate.name, self.hp.n_embd, f"ffn_norm-{il}")
+        _add_bias(up, L.ffn_up_b)
+        self.g.matmul(f"ffn_up-{il}", up, L.ffn_up.name, self.hp.n_embd, f"ffn_norm-{il}")
+
+    def swiglu(self, il, gate, up):
+        swiglu(gate, up, gate)
+        self.g.swiglu(il, gate)
+
+    def ffn_down(self, il, L, h, out):
+        super().ffn_down(il, L, h, out)
+        self.g.matmul(f"ffn_out-{il}", out, L.ffn_down.name, self.hp.n_ff, f"ffn_swiglu-{il}")
