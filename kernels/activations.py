@@ -281,3 +281,22 @@ def soft_max_ext(x, mask, scale, out):
 def soft_max_ext_libm(x, mask, scale, out):
     """soft_max_ext through the generic C path (libm expf for every element); for comparison only."""
     _soft_max_ext(x, mask, scale, out, False)
+
+
+@pjit
+def log_softmax_rows(logits, targets):
+    """out[i] = log_softmax(logits[i])[targets[i]] as llama-perplexity computes it (float64 (rows,)): max in
+    float, sum_exp = sum of libm expf(logit - max) accumulated in double in index order, then
+    (logit[tok] - max) - log(sum_exp)."""
+    R, V = logits.shape
+    out = np.empty(R, np.float64)
+    for r in prange(R):
+        m = logits[r, 0]
+        for i in range(1, V):
+            if logits[r, i] > m:  # std::max(max, v)
+                m = logits[r, i]
+        s = 0.0
+        for i in range(V):
+            s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
+        out[r] = np.float64(np.float32(logits[r, targets[r]] - m)) - math.log(s)
+    return out

@@ -22,6 +22,7 @@ COMMANDS = {
     "inspect-gguf": ("inspect_gguf", "Dump a GGUF file's metadata and tensors (gguf-dump)."),
     "eval-callback": ("eval_callback", "Print every graph tensor, or diff traces (llama-eval-callback)."),
     "bench": ("bench", "Measure prompt and generation speed (llama-bench)."),
+    "perplexity": ("perplexity", "Perplexity of a model over a text (llama-perplexity)."),
 }
 
 

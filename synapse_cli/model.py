@@ -322,9 +322,12 @@ class Context:
 
     # --- llama_decode -------------------------------------------------------------------------
 
-    def decode(self, tokens, all_logits: bool = False, trace: TraceHook | None = None) -> np.ndarray:
+    def decode(self, tokens, all_logits: bool = False, trace: TraceHook | None = None,
+               n_outputs: int | None = None) -> np.ndarray:
         """Evaluate `tokens` at positions n_past.. and return logits: (n_vocab,) for the last token,
-        or (len(tokens), n_vocab) with `all_logits`. Splits into micro-batches of n_ubatch."""
+        or (len(tokens), n_vocab) with `all_logits`, or (n_outputs, n_vocab) for the last n_outputs tokens (a
+        llama_batch whose output flags are set on a suffix: only those rows go through the last layer's FFN and
+        the head, as llama.cpp computes them). Splits into micro-batches of n_ubatch."""
         tokens = np.asarray(tokens, dtype=np.int32)
         n = len(tokens)
         if n == 0:
@@ -341,17 +344,20 @@ class Context:
             ub = tokens[s : s + self.n_ubatch]
             last = s + len(ub) == n
             want = "all" if all_logits else ("last" if last else "none")
+            if n_outputs is not None:  # rows of this micro-batch among the last n_outputs of the batch
+                k = max(0, s + len(ub) - max(s, n - n_outputs))
+                want = "all" if k == len(ub) else ("none" if k == 0 else k)
             logits = self._forward_ubatch(ub, want, trace)
             if logits is not None:
                 outs.append(logits)
-        if all_logits:
-            return np.concatenate(outs, axis=0)
+        if all_logits or n_outputs is not None:
+            return np.concatenate(outs, axis=0) if outs else np.empty((0, self.hp.n_vocab), np.float32)
         return outs[-1][-1]
 
-    def _forward_ubatch(self, tokens: np.ndarray, want: str, trace: TraceHook | None):
+    def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None):
         """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
 
-        want: "all" (logits of every token), "last" (only the last token goes through the last
+        want: "all" (logits of every token), an int n (the last n tokens), "last" (only the last token goes through the last
         layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only). With a trace
         hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py).
         """
@@ -403,7 +409,7 @@ class Context:
                     break
                 # only the rows whose logits are needed go on (llama.cpp's out_ids); a micro-batch without
                 # outputs still runs that tail of the graph on 0 rows, and traces it
-                Tn = 1 if want == "last" else 0
+                Tn = want if isinstance(want, int) else (1 if want == "last" else 0)
                 a_rows, x_rows = ops.out_rows(attn_out, x, Tn)
             fi = ffn_inp[:Tn]
             ops.add(f"ffn_inp-{il}", a_rows, x_rows, fi)

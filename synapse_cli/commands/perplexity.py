@@ -1,0 +1,98 @@
+"""`synapse perplexity`: llama-perplexity's perplexity over a text file (synapse_cli/perplexity.py).
+
+stdout as llama-perplexity writes it: the tail of its ETA line ("%.2f minutes"), then `[1]x,[2]y,...,` and two
+newlines; on stderr the log lines (chunk count, time per pass, `Final estimate: PPL = X +/- Y`) and the
+llama_perf_context_print timings. `--json` prints one object instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from kernels.errors import SynapseError
+
+from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
+
+
+@click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
+@click.option("-f", "--file", "text_file", required=True,
+              help="Text to score (one trailing newline stripped, escapes processed unless --no-escape).")
+@click.option("-c", "--ctx-size", default=0, show_default=True, help="Tokens per chunk (required: llama-perplexity needs > 0).")
+@click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size.")
+@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
+@click.option("--chunks", "n_chunks", default=-1, show_default=True, help="Chunks to score at most (-1: all).")
+@click.option("-t", "--threads", default=None, type=click.IntRange(min=1), help="Threads (default: available CPUs).")
+@cache_type_options
+@flash_attn_option
+@ignored_llama_options
+@click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escapes in the text.")
+@click.option("--llama-batch-order", is_flag=True,
+              help="Compute batches in llama.cpp's batch orders (as decode): the logits, and so the perplexity, "
+                   "are then llama-perplexity's.")
+@click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
+def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
+            flash_attn, escape, llama_batch_order, json_output):
+    """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
+    from ..text import read_prompt
+    from .decode import default_threads
+
+    if ctx_size <= 0:
+        raise SynapseError("perplexity tool requires '--ctx-size' > 0")
+    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
+        if val < 1:
+            raise SynapseError(f"{name} must be >= 1, got {val}")
+    text = read_prompt(None, text_file, escape)
+    # llama-perplexity: n_seq = max(1, b / c) chunks per batch, n_batch = min(b, n_seq * c): each chunk is then
+    # decoded in batches of min(b, c) tokens, micro-batches of ub
+    n_batch = min(batch_size, ctx_size)
+    n_seq = max(1, batch_size // ctx_size)
+
+    from ..perplexity import perplexity
+    from ..session import open_session
+
+    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
+                        n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                        show_progress=not json_output, batch_invariant=not llama_batch_order,
+                        flash_attn=resolve_flash_attn(flash_attn))
+    err, out = sys.stderr, sys.stdout
+    t0 = time.perf_counter()
+    state = {"t": t0}
+
+    def on_chunk(run):
+        if json_output:
+            return
+        if len(run.chunk_ppl) == 1:  # llama.cpp: LOG_INF the time per pass, LOG (stdout) the minutes
+            t = time.perf_counter() - t0
+            print(f"perplexity: {t:.2f} seconds per pass - ETA ", file=err, flush=True)
+            total = int(t * run.n_chunk / n_seq)
+            if total >= 3600:
+                out.write(f"{total // 3600} hours ")
+                total %= 3600
+            out.write(f"{total / 60.0:.2f} minutes\n")
+        out.write(f"[{len(run.chunk_ppl)}]{run.chunk_ppl[-1]:.4f},")
+        out.flush()
+
+    if not json_output:
+        print("perplexity: tokenizing the input ..", file=err)
+    run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks,
+                     on_chunk=on_chunk, on_start=None if json_output else
+                     (lambda n_chunk: print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
+                                            f"batch_size={n_batch}, n_seq={n_seq}", file=err, flush=True)))
+    ppl, ppl_err = run.final()
+    if json_output:
+        print(json.dumps({"n_ctx": ctx_size, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
+                          "chunks": run.chunk_ppl, "ppl": ppl, "ppl_err": ppl_err, "nll": run.nll / run.count,
+                          "count": run.count, "seconds": time.perf_counter() - t0}))
+        return
+    out.write("\n")
+    if ppl_err is None:
+        print("Unexpected negative standard deviation of log(prob)", file=err)
+    else:
+        print(f"Final estimate: PPL = {ppl:.4f} +/- {ppl_err:.5f}", file=err)
+    out.write("\n")
+    out.flush()
