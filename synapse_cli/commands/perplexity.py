@@ -61,9 +61,26 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
                         flash_attn=resolve_flash_attn(flash_attn))
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
-    state = {"t": t0}
+    bar = None
+    if not json_output and err.isatty():  # a progress bar with elapsed time and ETA on a terminal
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+    def on_start(n_chunk):
+        if json_output:
+            return
+        print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, batch_size={n_batch}, "
+              f"n_seq={n_seq}", file=err, flush=True)
+        if bar is not None:
+            bar.start()
+            bar.add_task("chunks", total=n_chunk)
 
     def on_chunk(run):
+        if bar is not None:
+            bar.advance(bar.task_ids[0])
         if json_output:
             return
         if len(run.chunk_ppl) == 1:  # llama.cpp: LOG_INF the time per pass, LOG (stdout) the minutes
@@ -79,10 +96,12 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
 
     if not json_output:
         print("perplexity: tokenizing the input ..", file=err)
-    run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks,
-                     on_chunk=on_chunk, on_start=None if json_output else
-                     (lambda n_chunk: print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
-                                            f"batch_size={n_batch}, n_seq={n_seq}", file=err, flush=True)))
+    try:
+        run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks, on_chunk=on_chunk,
+                         on_start=on_start)
+    finally:
+        if bar is not None:
+            bar.stop()
     ppl, ppl_err = run.final()
     if json_output:
         print(json.dumps({"n_ctx": ctx_size, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
