@@ -32,7 +32,7 @@ import kernels.config  # noqa: F401
 import numpy as np
 from numba import prange
 
-from kernels.fp16 import fma_f32, jit, pjit, pow2_f32
+from kernels.fp16 import f32_bits, fma_f32, jit, pjit, pow2_f32
 
 # ggml_v_expf constants (float32 literals in vec.h)
 _R = float.fromhex("0x1.8p23")
@@ -300,3 +300,99 @@ def log_softmax_rows(logits, targets):
             s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
         out[r] = np.float64(np.float32(logits[r, targets[r]] - m)) - math.log(s)
     return out
+
+
+@jit
+def _nearest_int(fval):
+    """ggml-quants.c / perplexity.cpp nearest_int: the magic-number rounding (half to even, |x| < 2^22)."""
+    b = f32_bits(np.float32(fval + np.float32(12582912.0)))
+    return np.int32(b & np.uint32(0x007FFFFF)) - np.int32(0x00400000)
+
+
+@pjit
+def base_log_probs(logits, targets, out):
+    """llama-perplexity's --kl-divergence-base record of each row (perplexity.cpp `log_softmax(n_vocab, logits,
+    log_prob, tok)`): out (R, nv) uint16 = [scale, min_log_prob as two float32][n_vocab 16-bit levels][pad],
+    levels = nearest_int((logit - min) / scale) over the top 16 nats; returns the rows' nll (R,) float64 computed
+    in float as there: max + log_sum_exp - logit[tok]."""
+    R, V = logits.shape
+    nll = np.empty(R, np.float64)
+    for r in prange(R):
+        mx = logits[r, 0]
+        mn = logits[r, 0]
+        for i in range(1, V):
+            v = logits[r, i]
+            if mx < v:  # std::max
+                mx = v
+            if v < mn:  # std::min
+                mn = v
+        if mn < np.float32(mx - np.float32(16.0)):
+            mn = np.float32(mx - np.float32(16.0))
+        s = 0.0
+        for i in range(V):
+            s += np.float64(libm_expf(np.float32(logits[r, i] - mx)))
+        lse = np.float32(math.log(s))
+        min_log_prob = np.float32(np.float32(mn - mx) - lse)
+        scale = np.float32(np.float32(mx - mn) / np.float32(65535.0))
+        hdr = np.empty(2, np.float32)
+        hdr[0] = scale
+        hdr[1] = min_log_prob
+        h16 = hdr.view(np.uint16)
+        for k in range(4):
+            out[r, k] = h16[k]
+        for i in range(4 + V, out.shape[1]):
+            out[r, i] = 0
+        if scale != 0:
+            inv = np.float32(np.float32(1.0) / scale)
+            for i in range(V):
+                v = logits[r, i]
+                out[r, 4 + i] = np.uint16(_nearest_int(np.float32(inv * np.float32(v - mn)))) if v > mn else 0
+        else:
+            for i in range(V):
+                out[r, 4 + i] = 0
+        nll[r] = np.float64(np.float32(np.float32(mx + lse) - logits[r, targets[r]]))
+    return nll
+
+
+@pjit
+def kld_rows(logits, base, targets, nll, nll_base, kld, p_diff, same_top):
+    """llama-perplexity --kl-divergence per row (perplexity.cpp `log_softmax(n_vocab, logits, base_log_prob, tok,
+    kld)`): nll, nll_base, p_diff (R,) float32, kld (R,) float64, same_top (R,) bool (the two argmaxes agree)."""
+    R, V = logits.shape
+    for r in prange(R):
+        mx = logits[r, 0]
+        imax = 0
+        for i in range(1, V):
+            if logits[r, i] > mx:
+                mx = logits[r, i]
+                imax = i
+        s = 0.0
+        for i in range(V):
+            s += np.float64(libm_expf(np.float32(logits[r, i] - mx)))
+        lse = np.float32(math.log(s))
+        hdr = np.empty(4, np.uint16)
+        for k in range(4):
+            hdr[k] = base[r, k]
+        d = hdr.view(np.float32)
+        scale = d[0]
+        min_log_prob = d[1]
+        t = targets[r]
+        n = np.float32(np.float32(mx + lse) - logits[r, t])
+        nb = np.float32(-np.float32(np.float32(scale * np.float32(base[r, 4 + t])) + min_log_prob))
+        nll[r] = n
+        nll_base[r] = nb
+        mx = np.float32(mx + lse)
+        acc = 0.0
+        imax_base = -1
+        pmax = np.float32(0.0)
+        for i in range(V):
+            plb = np.float32(np.float32(scale * np.float32(base[r, 4 + i])) + min_log_prob)
+            if i == 0 or plb > pmax:
+                pmax = plb
+                imax_base = i
+            if plb > np.float32(-16.0):
+                pb = libm_expf(plb)
+                acc += np.float64(np.float32(pb * np.float32(np.float32(plb - logits[r, i]) + mx)))
+        kld[r] = acc
+        same_top[r] = imax == imax_base
+        p_diff[r] = np.float32(libm_expf(np.float32(-n)) - libm_expf(np.float32(-nb)))

@@ -54,3 +54,48 @@ def test_short_text_and_missing_context_are_one_line(tmp_path):
     assert r.exit_code == 1 and "you need at least 256 tokens" in r.stderr
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f)])
     assert r.exit_code == 1 and "requires '--ctx-size' > 0" in r.stderr
+
+
+KLD_BASE = FIXTURES / "tiny" / "perplexity" / "tiny-llama-F32__c128.kld"
+
+
+def test_kl_divergence_base_file_is_llama_perplexitys_bytes(tmp_path):
+    """--kl-divergence-base writes llama.cpp's file byte for byte (header, tokens, 16-bit log-probability levels),
+    and the PPL lines of that run are those of its log (the float path of llama-perplexity's nll)."""
+    out = tmp_path / "base.kld"
+    tiny = FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf"
+    r = CliRunner().invoke(cli, ["perplexity", "-m", str(tiny), *ARGS, "--kl-divergence-base", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes() == KLD_BASE.read_bytes()
+    want_chunks, want_final = _llama("tiny/perplexity/tiny-llama-F32__c128.log")
+    assert re.findall(r"\[\d+\]([\d.]+),", r.stdout) == want_chunks
+    assert want_final in r.stderr
+
+
+def _content_lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if x.strip() and "minutes" not in x]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_0", "tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-llama-F32"])
+def test_kl_divergence_prints_llama_perplexitys_tables(name):
+    """--kl-divergence against the fixtures' base file: the per-chunk table and the three statistics blocks,
+    line for line as llama-perplexity printed them (fixtures tiny/perplexity/*__kld.log)."""
+    r = CliRunner().invoke(cli, ["perplexity", "-m", str(FIXTURES / "tiny" / "models" / f"{name}.gguf"), "-c", "128",
+                                 "-b", "128", "-fa", "off", "-t", "2", "--llama-batch-order",
+                                 "--kl-divergence-base", str(KLD_BASE), "--kl-divergence"])
+    assert r.exit_code == 0, r.output
+    log = (FIXTURES / "tiny" / "perplexity" / f"{name}__kld.log").read_text()
+    want = [x for x in _content_lines(log) if not re.match(r"^\d+\.\d+\.\d+\.\d+ [IWE] |^\.+$", x)]
+    assert _content_lines(r.stdout) == want
+
+
+def test_kl_divergence_refuses_foreign_or_truncated_base_files(tmp_path):
+    tiny = str(FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf")
+    bad = tmp_path / "bad.kld"
+    bad.write_bytes(b"_logits_" + (128).to_bytes(4, "little") + (99).to_bytes(4, "little") + (4).to_bytes(4, "little"))
+    r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "128", "--kl-divergence-base", str(bad), "--kl-divergence"])
+    assert r.exit_code == 1 and "inconsistent vocabulary" in r.stderr
+    cut = tmp_path / "cut.kld"
+    cut.write_bytes(KLD_BASE.read_bytes()[:300000])
+    r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "128", "--kl-divergence-base", str(cut), "--kl-divergence"])
+    assert r.exit_code == 1 and "truncated" in r.stderr and len(r.stderr.strip().splitlines()) <= 3

@@ -20,7 +20,7 @@ from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_op
 
 @click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
-@click.option("-f", "--file", "text_file", required=True,
+@click.option("-f", "--file", "text_file", default=None,
               help="Text to score (one trailing newline stripped, escapes processed unless --no-escape).")
 @click.option("-c", "--ctx-size", default=0, show_default=True, help="Tokens per chunk (required: llama-perplexity needs > 0).")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size.")
@@ -34,15 +34,26 @@ from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_op
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute batches in llama.cpp's batch orders (as decode): the logits, and so the perplexity, "
                    "are then llama-perplexity's.")
+@click.option("--kl-divergence-base", "kld_base", default=None, metavar="FILE",
+              help="Save the log-probabilities of every scored position to FILE (llama-perplexity's format), or, "
+                   "with --kl-divergence, read them as the base model's.")
+@click.option("--kl-divergence", "kld", is_flag=True,
+              help="Compare with the base model's FILE: KL divergence, top-token agreement, probability deltas (the "
+                   "text and -c come from FILE).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-            flash_attn, escape, llama_batch_order, json_output):
+            flash_attn, escape, llama_batch_order, kld_base, kld, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     from ..text import read_prompt
     from .decode import default_threads
 
     if ctx_size <= 0:
         raise SynapseError("perplexity tool requires '--ctx-size' > 0")
+    if kld:
+        return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
+                              cache_type_v, flash_attn, llama_batch_order, json_output)
+    if text_file is None:
+        raise SynapseError("give the text with -f/--file")
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
             raise SynapseError(f"{name} must be >= 1, got {val}")
@@ -96,12 +107,22 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
 
     if not json_output:
         print("perplexity: tokenizing the input ..", file=err)
+    base_out = None
+    if kld_base is not None:
+        try:
+            base_out = open(kld_base, "wb")
+        except OSError as e:
+            raise SynapseError(f"failed to open {kld_base} for writing: {e.strerror or e}") from None
+        if not json_output:
+            print(f"perplexity: saving all logits to {kld_base}", file=err)
     try:
         run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks, on_chunk=on_chunk,
-                         on_start=on_start)
+                         on_start=on_start, base_out=base_out)
     finally:
         if bar is not None:
             bar.stop()
+        if base_out is not None:
+            base_out.close()
     ppl, ppl_err = run.final()
     if json_output:
         print(json.dumps({"n_ctx": ctx_size, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
@@ -113,5 +134,58 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         print("Unexpected negative standard deviation of log(prob)", file=err)
     else:
         print(f"Final estimate: PPL = {ppl:.4f} +/- {ppl_err:.5f}", file=err)
+    out.write("\n")
+    out.flush()
+
+
+def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                   flash_attn, llama_batch_order, json_output):
+    """--kl-divergence: llama-perplexity's table per chunk and its statistics (stdout), as it prints them."""
+    from ..perplexity import KLD_TABLE_HEADER, kl_divergence, kld_statistics, kld_table_row
+    from ..session import open_session
+    from .decode import default_threads
+
+    if base is None:
+        raise SynapseError("you must provide a name of a file containing the log probabilities of the base model "
+                           "(--kl-divergence-base)")
+    n_batch = min(batch_size, ctx_size)
+    n_seq = max(1, batch_size // ctx_size)
+    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
+                        n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                        show_progress=not json_output, batch_invariant=not llama_batch_order,
+                        flash_attn=resolve_flash_attn(flash_attn))
+    err, out = sys.stderr, sys.stdout
+    t0 = time.perf_counter()
+    rows = []
+
+    def on_start(run):
+        if not json_output:
+            print(f"kl_divergence: computing over {run.n_chunk} chunks, n_ctx={run.n_ctx}, batch_size={n_batch}, "
+                  f"n_seq={n_seq}", file=err, flush=True)
+
+    def on_chunk(run, i):
+        rows.append(kld_table_row(run, i + 1))
+        if json_output:
+            return
+        if i == 0:
+            t = time.perf_counter() - t0
+            print(f"kl_divergence: {t:.2f} seconds per pass - ETA ", file=err, flush=True)
+            total = int(t * run.n_chunk / n_seq)
+            if total >= 3600:
+                out.write(f"{total // 3600} hours ")
+                total %= 3600
+            out.write(f"{total / 60.0:.2f} minutes\n\n{KLD_TABLE_HEADER}\n")
+        out.write(rows[-1] + "\n")
+        out.flush()
+
+    run = kl_divergence(sess.ctx, sess.tokenizer, base, batch_size, on_start=on_start, on_chunk=on_chunk)
+    stats = kld_statistics(run)
+    if json_output:
+        print(json.dumps({"n_ctx": run.n_ctx, "n_chunk": run.n_chunk, "count": run.count, "table": rows,
+                          "statistics": stats, "sums": run.sums, "n_same_top": run.n_same_top}))
+        return
+    out.write("\n")
+    if stats:
+        out.write("\n".join(stats) + "\n")
     out.write("\n")
     out.flush()
