@@ -18,6 +18,16 @@ from kernels.errors import SynapseError
 from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
 
 
+def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
+    """llama-perplexity's estimate after the first pass: LOG_INF the time per pass (stderr), LOG the rest (stdout)."""
+    print(f"{func}: {t:.2f} seconds per pass - ETA ", file=sys.stderr, flush=True)
+    total = int(t * n_chunk / n_seq)
+    if total >= 3600:
+        sys.stdout.write(f"{total // 3600} hours ")
+        total %= 3600
+    sys.stdout.write(f"{total / 60.0:.2f} minutes\n")
+
+
 @click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
 @click.option("-f", "--file", "text_file", default=None,
@@ -94,14 +104,8 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             bar.advance(bar.task_ids[0])
         if json_output:
             return
-        if len(run.chunk_ppl) == 1:  # llama.cpp: LOG_INF the time per pass, LOG (stdout) the minutes
-            t = time.perf_counter() - t0
-            print(f"perplexity: {t:.2f} seconds per pass - ETA ", file=err, flush=True)
-            total = int(t * run.n_chunk / n_seq)
-            if total >= 3600:
-                out.write(f"{total // 3600} hours ")
-                total %= 3600
-            out.write(f"{total / 60.0:.2f} minutes\n")
+        if len(run.chunk_ppl) == 1:
+            _eta("perplexity", time.perf_counter() - t0, run.n_chunk, n_seq)
         out.write(f"[{len(run.chunk_ppl)}]{run.chunk_ppl[-1]:.4f},")
         out.flush()
 
@@ -168,13 +172,8 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
         if json_output:
             return
         if i == 0:
-            t = time.perf_counter() - t0
-            print(f"kl_divergence: {t:.2f} seconds per pass - ETA ", file=err, flush=True)
-            total = int(t * run.n_chunk / n_seq)
-            if total >= 3600:
-                out.write(f"{total // 3600} hours ")
-                total %= 3600
-            out.write(f"{total / 60.0:.2f} minutes\n\n{KLD_TABLE_HEADER}\n")
+            _eta("kl_divergence", time.perf_counter() - t0, run.n_chunk, n_seq)
+            out.write(f"\n{KLD_TABLE_HEADER}\n")
         out.write(rows[-1] + "\n")
         out.flush()
 
