@@ -18,6 +18,22 @@ from kernels.errors import SynapseError
 from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
 
 
+def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
+          llama_batch_order, json_output):
+    """The session both modes run on, with llama-perplexity's batch geometry: n_seq = max(1, b / c) chunks per
+    batch and n_batch = min(b, n_seq * c), so each chunk is decoded in batches of min(b, c) tokens (micro-batches
+    of ub). Returns (session, min(b, c), n_seq)."""
+    from ..session import open_session
+    from .decode import default_threads
+
+    n_batch = min(batch_size, ctx_size)
+    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
+                        n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+                        show_progress=not json_output, batch_invariant=not llama_batch_order,
+                        flash_attn=resolve_flash_attn(flash_attn))
+    return sess, n_batch, max(1, batch_size // ctx_size)
+
+
 def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
     """llama-perplexity's estimate after the first pass: LOG_INF the time per pass (stderr), LOG the rest (stdout)."""
     print(f"{func}: {t:.2f} seconds per pass - ETA ", file=sys.stderr, flush=True)
@@ -55,31 +71,22 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             flash_attn, escape, llama_batch_order, kld_base, kld, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     from ..text import read_prompt
-    from .decode import default_threads
 
     if ctx_size <= 0:
         raise SynapseError("perplexity tool requires '--ctx-size' > 0")
+    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
+        if val < 1:
+            raise SynapseError(f"{name} must be >= 1, got {val}")
     if kld:
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                               cache_type_v, flash_attn, llama_batch_order, json_output)
     if text_file is None:
         raise SynapseError("give the text with -f/--file")
-    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
-        if val < 1:
-            raise SynapseError(f"{name} must be >= 1, got {val}")
     text = read_prompt(None, text_file, escape)
-    # llama-perplexity: n_seq = max(1, b / c) chunks per batch, n_batch = min(b, n_seq * c): each chunk is then
-    # decoded in batches of min(b, c) tokens, micro-batches of ub
-    n_batch = min(batch_size, ctx_size)
-    n_seq = max(1, batch_size // ctx_size)
-
     from ..perplexity import perplexity
-    from ..session import open_session
 
-    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
-                        n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                        show_progress=not json_output, batch_invariant=not llama_batch_order,
-                        flash_attn=resolve_flash_attn(flash_attn))
+    sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                                 flash_attn, llama_batch_order, json_output)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
     bar = None
@@ -146,18 +153,12 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
                    flash_attn, llama_batch_order, json_output):
     """--kl-divergence: llama-perplexity's table per chunk and its statistics (stdout), as it prints them."""
     from ..perplexity import KLD_TABLE_HEADER, kl_divergence, kld_statistics, kld_table_row
-    from ..session import open_session
-    from .decode import default_threads
 
     if base is None:
         raise SynapseError("you must provide a name of a file containing the log probabilities of the base model "
                            "(--kl-divergence-base)")
-    n_batch = min(batch_size, ctx_size)
-    n_seq = max(1, batch_size // ctx_size)
-    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
-                        n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
-                        show_progress=not json_output, batch_invariant=not llama_batch_order,
-                        flash_attn=resolve_flash_attn(flash_attn))
+    sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                                 flash_attn, llama_batch_order, json_output)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
     rows = []
