@@ -25,6 +25,7 @@ class Timings:
     n_prompt: int = 0
     eval_ms: float = 0.0
     n_eval: int = 0
+    sample_ms: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
 
     def as_dict(self) -> dict:
@@ -72,9 +73,28 @@ def check_prompt(ctx: Context, prompt_ids: list[int]) -> None:
 
 def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
                     ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
+    """Greedy generation (argmax, the first maximum on ties); see `generate`."""
+    return generate(ctx, prompt_ids, n_predict, is_eog, None, ignore_eos, result)
+
+
+def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: bool) -> int:
+    tok = argmax_first(logits)
+    if ignore_eos and is_eog(tok):
+        # llama.cpp's --ignore-eos biases EOG logits to -inf: take the best non-EOG token
+        masked = logits.copy()
+        while is_eog(tok):
+            masked[tok] = -np.inf
+            tok = argmax_first(masked)
+    return tok
+
+
+def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
+             sampler=None, ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
     """Yield generated ids; fill `result` (stop reason, timings) as it goes.
 
-    n_predict < 0 means no limit (until end of generation or a full context), as llama.cpp's -n -1.
+    `sampler` is a `sampling.CommonSampler` (llama-completion's chain: it sees every prompt token, then picks
+    and accepts each generated one) or None for greedy argmax. n_predict < 0 means no limit (until end of
+    generation or a full context), as llama.cpp's -n -1.
     """
     g = result if result is not None else Generation(list(prompt_ids))
     check_prompt(ctx, prompt_ids)
@@ -85,17 +105,20 @@ def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog:
     logits = None
     for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
         logits = ctx.decode(prompt_ids[s : s + ctx.n_batch])
+    if sampler is not None:
+        for t in prompt_ids:  # the prompt enters the penalties' and DRY's history
+            sampler.accept(int(t))
     g.timings.prompt_eval_ms = (time.perf_counter() - t0) * 1e3
     g.timings.n_prompt = len(prompt_ids)
     n_gen = 0
     while True:
-        tok = argmax_first(logits)
-        if ignore_eos and is_eog(tok):
-            # llama.cpp's --ignore-eos biases EOG logits to -inf: take the best non-EOG token
-            masked = logits.copy()
-            while is_eog(tok):
-                masked[tok] = -np.inf
-                tok = argmax_first(masked)
+        if sampler is None:
+            tok = _pick_greedy(logits, is_eog, ignore_eos)
+        else:
+            t1 = time.perf_counter()
+            tok = sampler.sample(logits)
+            sampler.accept(tok)
+            g.timings.sample_ms += (time.perf_counter() - t1) * 1e3
         g.generated_ids.append(tok)
         n_gen += 1
         # the stop reason is set before the id is handed out: a caller that stops at an end-of-generation
