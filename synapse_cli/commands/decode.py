@@ -1,9 +1,11 @@
-"""`synapse decode`: greedy generation, as llama-completion / llama-simple print it.
+"""`synapse decode`: generation as llama-completion prints it.
 
-Flags follow llama.cpp's common arguments (-m -p -f -n -c -b -ub -t -ctk -ctv --temp --ignore-eos
--e/--no-escape --no-display-prompt -fa -no-cnv). The prompt is tokenized with add_special and parse_special
-(what llama-completion does); generated text streams to stdout as UTF-8 completes; timings go to
-stderr in llama_perf_context_print's format; `--json` prints one object instead.
+Flags follow llama.cpp's common arguments (-m -p -f -n -c -b -ub -t -ctk -ctv -fa --ignore-eos -e/--no-escape
+--no-display-prompt -no-cnv, and every sampling flag). Without a sampling flag synapse decodes greedily
+(argmax); with any, it samples with llama.cpp's chain and random engine (`synapse_cli.sampling`), so that the
+same flags and seed give llama-completion's tokens. The prompt is tokenized with add_special and
+parse_special (what llama-completion does); generated text streams to stdout; timings go to stderr in
+llama_perf_context_print's format; `--json` prints one object instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
+from .sampling_options import sampling_given, sampling_options, sampling_params
 
 
 class _BytesOut:
@@ -56,8 +59,8 @@ def default_threads() -> int:
 @click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
 @click.option("-t", "--threads", default=None, type=int, help="Threads (default: available CPUs).")
 @cache_type_options
-@click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; only 0 (greedy) is implemented.")
-@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens.")
+@sampling_options
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens (logit bias -inf).")
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
 @click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
 @click.option("--llama-batch-order", is_flag=True,
@@ -71,11 +74,11 @@ def default_threads() -> int:
               help="Raw completion, no chat template (llama-completion's -no-cnv; what decode always does).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, temp, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
-            no_conversation, json_output):
-    """Generate text greedily from a prompt (llama-completion -m M -p P --temp 0)."""
-    if temp != 0.0:
-        raise SynapseError(f"--temp {temp}: only --temp 0 (greedy) is implemented; other samplers are not yet")
+            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
+            no_conversation, json_output, **sampling_opts):
+    """Generate text from a prompt as llama-completion does (greedy unless a sampling flag is given)."""
+    if sampling_given(sampling_opts):
+        sampling_params(sampling_opts, warn=lambda msg: None)  # the flags' own checks, before the model loads
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
             raise SynapseError(f"{name} must be >= 1, got {val}")
@@ -97,7 +100,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
 
     text = read_prompt(prompt, prompt_file, escape) or b""
 
-    from ..generate import Generation, check_prompt, greedy_generate
+    from ..generate import Generation, check_prompt, generate
     from ..session import open_session
 
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
@@ -110,6 +113,13 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         click.echo(f"warning: n_ctx_seq ({sess.ctx.n_ctx}) > n_ctx_train ({hp.n_ctx_train}) -- possible training "
                    "context overflow", err=True)
     tok = sess.tokenizer
+    sampler = None
+    if sampling_given(sampling_opts):
+        sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader), ignore_eos)
+        if not json_output:  # llama-completion's log lines
+            click.echo(f"sampler seed: {sampler.seed}", err=True)
+            click.echo(f"sampler params: \n{sampler.params.print()}", err=True)
+            click.echo(f"sampler chain: {sampler.describe()}", err=True)
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
     result = Generation(list(prompt_ids))
@@ -125,7 +135,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         out.flush()
     gen_bytes = bytearray()
     try:
-        for t in greedy_generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, ignore_eos, result):
+        for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result):
             if tok.vocab.is_eog(t) and not ignore_eos:
                 break
             piece = tok.token_to_piece(t, special=False)
@@ -154,6 +164,25 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             "stop": result.stop,
             "timings": result.timings.as_dict(),
         }
+        if sampler is not None:
+            obj["sampling"] = {"seed": sampler.seed, "chain": sampler.describe().strip(),
+                               "params": sampler.params.as_dict()}
         print(json.dumps(obj, ensure_ascii=False))
     if result.stop == "interrupted":
         sys.exit(130)
+
+
+def make_sampler(sess, params, ignore_eos: bool):
+    """common_sampler_init for the session's vocabulary (DRY needs every token's text and the tokenizer)."""
+    from ..sampling import CommonSampler
+
+    tok = sess.tokenizer
+    v = tok.vocab
+    params.ignore_eos = ignore_eos
+    suppress = sess.model.reader.get("tokenizer.ggml.suppress_tokens") or []
+    pieces = tokenize = None
+    if params.dry_multiplier != 0:
+        pieces = [tok.detokenize_bytes([i], unparse_special=True) for i in range(v.n_tokens)]
+        tokenize = lambda b: tok.encode(b, add_special=False, parse_special=False)  # noqa: E731
+    return CommonSampler(params, v.n_tokens, sorted(v.eog_ids), pieces, tokenize,
+                         suppress=[int(t) for t in suppress if 0 <= int(t) < v.n_tokens])

@@ -107,6 +107,12 @@ class SamplingParams:
                 f"mirostat_ent = {f(self.mirostat_tau)}, adaptive_target = {f(self.adaptive_target)}, "
                 f"adaptive_decay = {f(self.adaptive_decay)}")
 
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        d["dry_sequence_breakers"] = [b.decode("utf-8", "replace") for b in self.dry_sequence_breakers]
+        d["logit_bias"] = [[t, b] for t, b in self.logit_bias]
+        return d
+
     def check(self) -> None:
         """common_sampler_init's and the argument parser's checks."""
         r = np.float32(self.penalty_repeat)
@@ -127,7 +133,7 @@ class CommonSampler:
     """common_sampler: the chain for one sequence, built from `params` for a vocabulary."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, eog_ids: list[int],
-                 vocab_pieces=None, tokenize=None):
+                 vocab_pieces=None, tokenize=None, suppress: list[int] = ()):
         params.check()
         self.params = params
         p = params
@@ -135,6 +141,7 @@ class CommonSampler:
         biases = list(p.logit_bias)
         if p.ignore_eos:  # --ignore-eos = logit bias -inf on every end-of-generation token
             biases += [(t, -np.inf) for t in eog_ids]
+        biases += [(t, -np.inf) for t in suppress]  # the vocabulary's tokenizer.ggml.suppress_tokens
         if biases:
             chain.append(S.LogitBias(biases))
         if p.mirostat == 0:
