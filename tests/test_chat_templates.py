@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, QWEN_05B, QWEN_15B, SMOLLM2, real_model_path
-from synapse_cli.chat import ChatSession, ChatTemplateError, ChatTemplates, builtin, builtin_templates
+from synapse_cli.chat import (ChatSession, ChatTemplateError, ChatTemplates, ChatTemplateStopped, builtin,
+                              builtin_templates)
 from synapse_cli.chat.jinja import JinjaTemplate, tojson
 
 TABLE = json.loads((Path(__file__).parent / "data" / "llama_chat_template_cases.json").read_text(encoding="utf-8"))
@@ -302,6 +303,7 @@ def test_hostile_template(name):
         t = JinjaTemplate(src, max_seconds=0.5)
         t.render({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True})
     assert message in str(e.value)
+    assert isinstance(e.value, ChatTemplateStopped) == (name != "syntax")
     assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
     assert time.monotonic() - t0 < 10
 

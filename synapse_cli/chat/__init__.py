@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import builtin
-from .jinja import ChatTemplateError, JinjaTemplate
+from .jinja import ChatTemplateError, ChatTemplateStopped, JinjaTemplate
 
-__all__ = ["CHATML_TEMPLATE_SRC", "ChatSession", "ChatTemplateError", "ChatTemplates", "builtin_templates",
+__all__ = ["CHATML_TEMPLATE_SRC", "ChatSession", "ChatTemplateError", "ChatTemplateStopped", "ChatTemplates",
+           "builtin_templates",
            "read_template_file"]
 
 # common/chat.cpp CHATML_TEMPLATE_SRC: the template used when the model has none (or `--chat-template chatml`)
@@ -72,7 +73,7 @@ class ChatTemplates:
     eos_token: str = ""
     add_bos: bool = False
     add_eos: bool = False
-    has_explicit_template: bool = False  # the model had a template, or one was given (common_chat_templates_was_explicit)
+    has_explicit_template: bool = False  # model template or override given (common_chat_templates_was_explicit)
     use_jinja: bool = False
     tool_use_source: str = ""
     _jinja: JinjaTemplate | None = field(default=None, repr=False)
@@ -261,9 +262,9 @@ def verify_template(tmpl: str, use_jinja: bool) -> None:
             t = ChatTemplates.init(None, tmpl, use_jinja=True)
             t.apply([{"role": "user", "content": "test"}], add_generation_prompt=True)
             return
-        except ChatTemplateError as e:
-            if "stopped" in str(e) or "refused" in str(e):
-                raise  # a hostile template: say what the sandbox did, on one line
+        except ChatTemplateStopped:
+            raise  # a hostile template: say what the sandbox did, on one line
+        except ChatTemplateError:
             note = ""
     else:
         if builtin.chat_apply_template(tmpl, [{"role": "user", "content": "test"}], True) is not None:

@@ -47,6 +47,10 @@ class ChatTemplateError(SynapseError):
     """A chat template that does not parse, fails, or is stopped by the sandbox."""
 
 
+class ChatTemplateStopped(ChatTemplateError):
+    """The sandbox refused an operation or stopped the render (time, size, recursion): a hostile template."""
+
+
 class _Stopped(Exception):
     """Raised inside the render to stop it (time limit); turned into a ChatTemplateError."""
 
@@ -358,19 +362,19 @@ def render_source_errors(fn):
         except ChatTemplateError:
             raise
         except _Stopped as e:
-            raise ChatTemplateError(f"chat template stopped: {_one_line(e)}") from None
+            raise ChatTemplateStopped(f"chat template stopped: {_one_line(e)}") from None
         except _RaisedException as e:
             raise ChatTemplateError(f"chat template: {_one_line(e)}") from None
         except jinja2.exceptions.SecurityError as e:
-            raise ChatTemplateError(f"chat template refused by the sandbox: {_one_line(e)}") from None
+            raise ChatTemplateStopped(f"chat template refused by the sandbox: {_one_line(e)}") from None
         except jinja2.TemplateSyntaxError as e:
             raise ChatTemplateError(f"chat template syntax error, line {e.lineno}: {_one_line(e.message)}") from None
         except OverflowError as e:  # the sandbox's range() limit, or an arithmetic overflow
-            raise ChatTemplateError(f"chat template stopped: {_one_line(e)}") from None
+            raise ChatTemplateStopped(f"chat template stopped: {_one_line(e)}") from None
         except RecursionError:
-            raise ChatTemplateError("chat template stopped: recursion too deep") from None
+            raise ChatTemplateStopped("chat template stopped: recursion too deep") from None
         except MemoryError:
-            raise ChatTemplateError("chat template stopped: out of memory") from None
+            raise ChatTemplateStopped("chat template stopped: out of memory") from None
         except Exception as e:  # any other failure inside the template (TypeError, UndefinedError, ...)
             raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {_one_line(e)}") from None
 
@@ -407,10 +411,10 @@ class JinjaTemplate:
         try:
             out = self.render(ctx)
             return True, out, tracked
-        except ChatTemplateError as e:
-            if "stopped" in str(e) or "refused" in str(e):
-                raise
-            return False, "", tracked
+        except ChatTemplateStopped:
+            raise  # a hostile template fails at once, probes included
+        except ChatTemplateError:
+            return False, "", tracked  # caps_try_execute ignores other failures
 
     def _caps(self) -> dict:
         """jinja::caps_get, the part the chat path uses: system role and string/typed content.
@@ -433,4 +437,5 @@ class JinjaTemplate:
         return caps
 
 
-__all__ = ["ChatTemplateError", "JinjaTemplate", "MAX_OUTPUT", "MAX_SECONDS", "make_environment", "tojson"]
+__all__ = ["ChatTemplateError", "ChatTemplateStopped", "JinjaTemplate", "MAX_OUTPUT", "MAX_SECONDS", "make_environment",
+           "tojson"]
