@@ -70,12 +70,28 @@ def default_threads() -> int:
                    "on how the prompt is split into batches, as llama.cpp's do.")
 @flash_attn_option
 @ignored_llama_options
-@click.option("-no-cnv", "--no-conversation", "no_conversation", is_flag=True,
-              help="Raw completion, no chat template (llama-completion's -no-cnv; what decode always does).")
+@click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
+              help="Chat: format the prompt with the model's chat template, then (without -st) read further turns "
+                   "from stdin. synapse's default is raw completion (llama-completion enables chat by itself "
+                   "when the model has a template).")
+@click.option("-no-cnv", "--no-conversation", "conversation", flag_value=False,
+              help="Raw completion, no chat template (synapse's default).")
+@click.option("-st", "--single-turn", is_flag=True, help="Chat: one reply to -p, then stop.")
+@click.option("-sys", "--system-prompt", default=None, help="Chat: the system message.")
+@click.option("-sysf", "--system-prompt-file", default=None, type=click.Path(dir_okay=False),
+              help="Chat: the system message from a file (one trailing newline stripped).")
+@click.option("--chat-template", default=None, metavar="NAME|TEMPLATE",
+              help="Chat template: a built-in name (chatml, llama3, mistral-v7, ...) or a template text.")
+@click.option("--chat-template-file", default=None, type=click.Path(dir_okay=False),
+              help="Chat template from a file.")
+@click.option("--jinja/--no-jinja", default=False, show_default=True,
+              help="Render the model's chat template with Jinja (sandboxed); without it, llama.cpp's built-in "
+                   "formatter for the detected template (llama-completion's default).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
             cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
-            no_conversation, json_output, **sampling_opts):
+            conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file, jinja,
+            json_output, **sampling_opts):
     """Generate text from a prompt as llama-completion does (greedy unless a sampling flag is given)."""
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None)  # the flags' own checks, before the model loads
@@ -99,6 +115,11 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     from ..text import read_prompt
 
     text = read_prompt(prompt, prompt_file, escape) or b""
+    if conversation:
+        if chat_template and chat_template_file:
+            raise SynapseError("--chat-template and --chat-template-file are exclusive; give one")
+        if system_prompt_file is not None:
+            system_prompt = _read_system_prompt_file(system_prompt_file)
 
     from ..generate import Generation, check_prompt, generate
     from ..session import open_session
@@ -120,6 +141,9 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             click.echo(f"sampler seed: {sampler.seed}", err=True)
             click.echo(f"sampler params: \n{sampler.params.print()}", err=True)
             click.echo(f"sampler chain: {sampler.describe()}", err=True)
+    if conversation:
+        return _chat(sess, text, system_prompt or "", chat_template, chat_template_file, jinja, single_turn, escape,
+                     n_predict, sampler, no_display_prompt, json_output)
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
     result = Generation(list(prompt_ids))
@@ -168,6 +192,72 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             obj["sampling"] = {"seed": sampler.seed, "chain": sampler.describe().strip(),
                                "params": sampler.params.as_dict()}
         print(json.dumps(obj, ensure_ascii=False))
+    if result.stop == "interrupted":
+        sys.exit(130)
+
+
+def _read_system_prompt_file(path: str) -> str:
+    """-sysf: the whole file, one trailing newline removed (common/arg.cpp)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SynapseError(f"-sysf {path}: {e.strerror}") from None
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    return data.decode("utf-8", "replace")
+
+
+def _chat(sess, text: bytes, system_prompt: str, chat_template, chat_template_file, jinja: bool, single_turn: bool,
+          escape: bool, n_predict: int, sampler, no_display_prompt: bool, json_output: bool):
+    """-cnv: llama-completion's conversation loop (synapse_cli.conversation) on stdout/stdin."""
+    from ..chat import ChatSession, ChatTemplates
+    from ..conversation import ConversationResult, converse
+    from ..text import process_escapes
+
+    tok = sess.tokenizer
+    templates = ChatTemplates.from_gguf(sess.model.reader, tok, chat_template=chat_template,
+                                        chat_template_file=chat_template_file, use_jinja=jinja)
+    if not templates.has_explicit_template:  # llama-completion's warning
+        click.echo("main: chat template is not available or is not supported. This may cause the model to output "
+                   "suboptimal responses", err=True)
+    result = ConversationResult([])
+    result.timings.load_ms = sess.load_ms
+    result.timings.t_start = sess.t_start
+    out = _BytesOut(sys.stdout)
+    sink = bytearray()
+
+    def write(data: bytes) -> None:
+        if json_output:
+            sink.extend(data)
+        else:
+            out.write(data)
+
+    def readline():
+        line = sys.stdin.readline()
+        return line if line else None
+
+    prompt = text.decode("utf-8", "replace")
+    try:
+        converse(sess.ctx, tok, ChatSession(templates), system_prompt=system_prompt, prompt=prompt,
+                 n_predict=n_predict, sampler=sampler, single_turn=single_turn, escape=escape,
+                 display_prompt=not no_display_prompt, write=write, readline=readline, result=result,
+                 process_escapes=process_escapes)
+    except KeyboardInterrupt:
+        result.stop = "interrupted"
+    if json_output:
+        obj = {"prompt_ids": [int(i) for i in result.prompt_ids],
+               "generated_ids": [int(i) for i in result.generated_ids],
+               "stdout": bytes(sink).decode("utf-8", "replace"), "turns": result.turns, "stop": result.stop}
+        if sampler is not None:
+            obj["sampling"] = {"seed": sampler.seed, "chain": sampler.describe().strip(),
+                               "params": sampler.params.as_dict()}
+        print(json.dumps(obj, ensure_ascii=False))
+    else:
+        if result.stop == "ctx":
+            print("\n\nmain: context full and context shift is disabled => stopping", file=sys.stderr)
+        if result.stop == "interrupted":
+            print("\nInterrupted by user", file=sys.stderr)
     if result.stop == "interrupted":
         sys.exit(130)
 

@@ -1,0 +1,196 @@
+"""llama-completion's conversation mode (-cnv): tools/completion/completion.cpp's main loop, ported.
+
+The chat-template-formatted prompt is echoed (pieces without control tokens), the reply streams, and then:
+with `-st` (and a prompt) the run ends like a plain completion (` [end of text]` on an end-of-generation
+token); otherwise the reply is added to the history, `\\n> ` asks for the next line, and each line becomes the
+next turn's formatted delta, decoded on top of the KV cache as llama.cpp keeps it. Lines are read as
+llama.cpp's simple console reads them (a trailing `\\` continues on the next line, a trailing `/` returns
+control); an empty input (Ctrl-D / end of stdin) ends with "EOF by user". Ctrl-C during a reply ends the reply
+(an end-of-turn token is inserted before the next input); Ctrl-C while waiting for input ends the session.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kernels.errors import SynapseError
+from .generate import Generation, _pick_greedy
+
+
+@dataclass
+class ConversationResult(Generation):
+    turns: list[dict] = field(default_factory=list)
+
+
+def read_input_line(readline: Callable[[], str | None], multiline: bool = False) -> str:
+    """console::readline in simple-io mode, repeated while it asks for another line: the text (with its
+    newlines) the user gave; "" at end of input."""
+    buffer = ""
+    while True:
+        line = readline()
+        if line is None:  # std::getline failed: end of input
+            return buffer
+        line = line.rstrip("\n")
+        another = multiline
+        if line.endswith("/"):  # always return control
+            buffer += line[:-1] + "\n"
+            return buffer
+        if line.endswith("\\"):  # flips the default action
+            line = line[:-1]
+            another = not another
+        buffer += line + "\n"
+        if not another:
+            return buffer
+
+
+@contextmanager
+def _sigint_flag(state: dict):
+    """SIGINT sets state["sigint"] (checked between steps, as llama.cpp's handler sets is_interacting) except
+    while a line is being read, where it raises KeyboardInterrupt (llama.cpp exits there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if state.get("reading") or not state.get("interactive"):
+            raise KeyboardInterrupt
+        state["sigint"] = True
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, n_predict: int, sampler, single_turn: bool,
+             escape: bool, display_prompt: bool, write: Callable[[bytes], None], readline: Callable[[], str | None],
+             result: ConversationResult, process_escapes: Callable[[str], str]) -> None:
+    """Run the conversation; stdout text goes through `write`, user lines come from `readline`."""
+    vocab = tok.vocab
+    prompt_text, waiting = chat.start(system_prompt=system_prompt, prompt=prompt)
+    interactive = not (single_turn and prompt)
+    embd_inp = tok.encode(prompt_text, add_special=True, parse_special=True)
+    if not waiting and not embd_inp:
+        if vocab.add_bos and not chat.templates.use_jinja:
+            embd_inp = [vocab.bos_id]
+        else:
+            raise SynapseError("input is empty")
+    if len(embd_inp) > ctx.n_ctx - 4:
+        raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx - 4})")
+    result.prompt_ids = list(embd_inp)
+
+    is_interacting = interactive  # interactive_first
+    need_insert_eot = False
+    display = display_prompt
+    input_echo = True
+    n_past = n_consumed = 0
+    n_remain = n_predict
+    embd: list[int] = []
+    last = None  # common_sampler_last: the last token the sampler accepted
+    assistant = bytearray()
+    logits = None
+    pending_prompt = bool(prompt_text)
+
+    def accept(t):
+        nonlocal last
+        if sampler is not None:
+            sampler.accept(int(t))
+        last = int(t)
+
+    st = {"interactive": interactive, "sigint": False, "reading": False}
+    with _sigint_flag(st):
+        while n_remain != 0 or interactive:
+            st["interactive"] = interactive
+            if st["sigint"]:  # Ctrl-C during a reply: end it, ask for the next input
+                st["sigint"] = False
+                if not is_interacting and interactive:
+                    is_interacting = True
+                    need_insert_eot = True
+            if embd:
+                if len(embd) > ctx.n_ctx - 4:
+                    embd = embd[: ctx.n_ctx - 4]
+                if n_past + len(embd) >= ctx.n_ctx:
+                    result.stop = "ctx"
+                    break
+                logits = ctx.decode(embd)
+                n_past += len(embd)
+            embd = []
+            if len(embd_inp) <= n_consumed and not is_interacting:
+                t = _pick_greedy(logits, vocab.is_eog, False) if sampler is None else sampler.sample(logits)
+                accept(t)
+                embd.append(t)
+                result.generated_ids.append(t)
+                if not waiting and not vocab.is_eog(t):
+                    assistant += tok.token_to_piece(t, special=False)
+                input_echo = True
+                n_remain -= 1
+            else:
+                while len(embd_inp) > n_consumed:
+                    embd.append(embd_inp[n_consumed])
+                    accept(embd_inp[n_consumed])
+                    n_consumed += 1
+                    if len(embd) == ctx.n_batch:
+                        break
+            if input_echo and display:
+                for t in embd:
+                    write(tok.token_to_piece(t, special=False))
+            if input_echo and len(embd_inp) == n_consumed:
+                display = True
+            if len(embd_inp) <= n_consumed:
+                if not waiting and last is not None and vocab.is_eog(last) and interactive:
+                    reply = assistant.decode("utf-8", "replace")
+                    chat.add_and_format("assistant", reply)
+                    result.turns.append({"role": "assistant", "content": reply})
+                    is_interacting = True
+                    write(b"\n")
+                if not waiting and pending_prompt:
+                    pending_prompt = False
+                    is_interacting = False
+                if (n_past > 0 or waiting) and is_interacting:
+                    write(b"\n> ")
+                    st["reading"] = True
+                    try:
+                        buffer = read_input_line(readline)
+                    finally:
+                        st["reading"] = False
+                    if not buffer:  # Ctrl-D on an empty line / end of input
+                        write(b"EOF by user\n")
+                        result.stop = "eof"
+                        break
+                    if buffer.endswith("\n"):
+                        buffer = buffer[:-1]
+                    if buffer:
+                        if escape:
+                            buffer = process_escapes(buffer)
+                        result.turns.append({"role": "user", "content": buffer})
+                        user_inp = chat.add_and_format("user", buffer)
+                        line_inp = tok.encode(user_inp, add_special=False, parse_special=True)
+                        if need_insert_eot:  # the interrupted reply gets its end-of-turn token
+                            embd_inp.append(vocab.eot_id if vocab.eot_id != -1 else vocab.eos_id)
+                            need_insert_eot = False
+                        embd_inp.extend(line_inp)
+                        assistant = bytearray()
+                        n_remain -= len(line_inp)
+                    input_echo = False
+                if n_past > 0 or waiting:
+                    if is_interacting and sampler is not None:
+                        sampler.reset()
+                    is_interacting = False
+                    if waiting and single_turn:
+                        interactive = False
+                    waiting = False
+            if embd and vocab.is_eog(embd[-1]) and not interactive:
+                write(b" [end of text]\n")
+                result.stop = "eos"
+                break
+            if interactive and n_remain <= 0 and n_predict >= 0:
+                n_remain = n_predict
+                is_interacting = True
+        else:
+            result.stop = "limit"
+    write(b"\n\n")
