@@ -1,7 +1,8 @@
 """llama-completion's sampling flags (common/arg.cpp), with its names, defaults, checks and messages.
 
-One difference, on purpose: synapse decode's `--temp` defaults to 0 (greedy) where llama.cpp's is 0.8, so that
-`synapse decode -m M -p P` stays deterministic; every other default is llama.cpp's. `sampling_params()` turns
+One difference, on purpose: without any sampling flag synapse decode is greedy (argmax), so that
+`synapse decode -m M -p P` stays deterministic; as soon as one is given, every default is llama.cpp's
+(`--temp` 0.8, top-k 40, ..., a random seed), so that a llama-completion command line samples the same. `sampling_params()` turns
 the parsed options into `sampling.SamplingParams`, applying the model's recommended `general.sampling.*`
 values for the flags not given, as common_init_sampler_from_model does.
 """
@@ -15,13 +16,11 @@ import numpy as np
 
 from kernels.errors import SynapseError
 
-SYNAPSE_DEFAULT_TEMP = 0.0
-
 # (flags, dest, type, help); defaults are SamplingParams' (None here = "not given")
 _OPTIONS = [
     (("-s", "--seed"), "seed", str, "RNG seed (default: -1, a random seed, printed on stderr)."),
     (("--temp", "--temperature"), "temp", float,
-     "Temperature (synapse default 0 = greedy; llama-completion's is 0.8)."),
+     "Temperature (default 0.8 once any sampling flag is given; without one synapse decodes greedily)."),
     (("--top-k",), "top_k", int, "Top-k sampling (default 40, 0 = disabled)."),
     (("--top-p",), "top_p", float, "Top-p sampling (default 0.95, 1.0 = disabled)."),
     (("--min-p",), "min_p", float, "Min-p sampling (default 0.05, 0.0 = disabled)."),
@@ -98,7 +97,7 @@ def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg
     """SamplingParams from the parsed options (`opts`: the command's keyword arguments)."""
     from ..sampling import SamplingParams, samplers_from_chars, samplers_from_names
 
-    p = SamplingParams(temp=SYNAPSE_DEFAULT_TEMP)
+    p = SamplingParams()
     given = {dest for _, dest, _, _ in _OPTIONS if opts.get(dest) is not None}
     if model_meta is not None:  # common_init_sampler_from_model
         seq = model_meta.get("general.sampling.sequence")
@@ -107,7 +106,7 @@ def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg
             if names:
                 p.samplers = names
         for dest, typ in _MODEL_KEYS.items():
-            if dest in given or dest == "temp":  # synapse keeps greedy unless --temp is given
+            if dest in given:
                 continue
             v = model_meta.get("general.sampling." + dest)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
