@@ -114,3 +114,38 @@ def test_vocabulary_types_and_flags():
     assert tok_for(str(VOCAB_MORE / "ggml-vocab-gemma-4.gguf")).linefeed_id == 107
     assert tok_for(str(VOCAB_MORE / "ggml-vocab-bert-bge.gguf")).linefeed_id == 0
     assert tok_for(str(VOCAB_MORE / "ggml-vocab-nomic-bert-moe.gguf")).linefeed_id == 1  # pad: no newline token
+
+
+# --- RWKV: a small vocabulary made here, against llama-tokenize (tests/reference/rwkv) -----------------
+
+RWKV = Path(__file__).resolve().parent / "reference" / "rwkv"
+
+
+def test_rwkv_ids_equal_llama_tokenize():
+    from conftest import FIXTURES as F
+
+    tok = tok_for(str(RWKV / "ggml-vocab-tiny-rwkv.gguf"))
+    assert tok.vocab.type == "rwkv" and not tok.vocab.add_bos
+    texts = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}
+    lines = [json.loads(x) for x in (RWKV / "ids.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 88
+    bad = [(d["case_id"], d["parse_special"]) for d in lines
+           if tok.encode(texts[d["case_id"]], True, d["parse_special"]) != d["ids"]]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("case", ["multi_script", "emoji", "python_code", "spm_specials"])
+def test_rwkv_pieces_equal_llama_tokenize(case):
+    from conftest import FIXTURES as F
+    from synapse_cli.commands.tokenize import render_pieces
+
+    tok = tok_for(str(RWKV / "ggml-vocab-tiny-rwkv.gguf"))
+    text = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}[case]
+    assert render_pieces(tok, tok.encode(text, True, True)) == (RWKV / f"pieces__{case}.txt").read_bytes()
+
+
+def test_rwkv_unescape():
+    from tokenizer.rwkv import unescape_rwkv_token
+
+    assert unescape_rwkv_token(b"a\\tb\\n\\r\\x41\\\\\\q") == b"a\tb\n\rA\\q"
+    assert unescape_rwkv_token(b"\\xff\\xe4") == b"\xff\xe4"
