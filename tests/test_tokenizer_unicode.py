@@ -1,7 +1,7 @@
 """The pieces under the tokenizer, each against a slow, literal reference.
 
 * the fast custom splitters (ASCII, BMP-class and stand-in paths, chunked long texts) against a
-  line-by-line port of unicode.cpp's unicode_regex_split_custom_{gpt2,llama3,qwen2};
+  line-by-line port of unicode.cpp's unicode_regex_split_custom_{gpt2,llama3,qwen2,qwen35};
 * the stand-in trick's premise: no non-ASCII codepoint lowercases to an ASCII contraction letter;
 * llama.cpp's lenient UTF-8 decoder, the GPT-2 byte map, the ECMAScript -> Python regex translation;
 * merge_word (min-rank scan) against merge_word_queue (llama.cpp's heap);
@@ -32,7 +32,8 @@ INTERESTING = (
     list("abcxyzSTMDRELVstmdrelv'  \t\n\r\x0b\x0c0123456789.,!?-_()[]{}<>/\\\"#$%&*+=:;@^`|~")
     + ["é", "ß", "Ω", "中", "日", "한", "ا", "ж", "²", "٣", "Ⅻ", "\xa0", "\u3000", "\x85", "\u2028", "\u0301",
        "\u200b", "\u200d", "\ufeff", "\x00", "\x1f", "\x7f", "\ud7ff", "\U0001f999", "\U0001f468", "\U0001d400",
-       "\U00010400", "\U000e0001", "\u0378", "\U0010fffe", "İ", "ſ", "K", "\u2581"]
+       "\U00010400", "\U000e0001", "\u0378", "\U0010fffe", "İ", "ſ", "K", "\u2581", "\u093f", "\u094d",
+       "\U0001d167", "\u20dd", "\x01"]
 )
 texts = st.lists(st.sampled_from(INTERESTING), max_size=60).map("".join) | st.text(max_size=40)
 
@@ -40,7 +41,7 @@ texts = st.lists(st.sampled_from(INTERESTING), max_size=60).map("".join) | st.te
 @settings(max_examples=300, deadline=None)
 @given(texts)
 def test_custom_splitters_match_reference(text):
-    for kind in ("gpt2", "llama3", "qwen2"):
+    for kind in ("gpt2", "llama3", "qwen2", "qwen35"):
         got = U.custom_split(kind, text)
         assert "".join(got) == text
         assert got == U.custom_split_reference(kind, text), kind
@@ -53,7 +54,7 @@ def test_chunked_long_text_matches_reference(seed):
     weights = [1.0] * len(INTERESTING)
     weights[INTERESTING.index("\n")] = 8.0 * (seed % 3)  # from no newlines at all to many
     text = "".join(rng.choices(INTERESTING, weights, k=rng.randrange(5000, 12000)))
-    for kind in ("gpt2", "llama3", "qwen2"):
+    for kind in ("gpt2", "llama3", "qwen2", "qwen35"):
         assert U.custom_split(kind, text) == U.custom_split_reference(kind, text), kind
 
 

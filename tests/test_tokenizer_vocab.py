@@ -197,8 +197,9 @@ def test_unloadable_vocabularies(tmp_path):
         "no vocabulary": {"general.name": "x"},
         "unknown tokenizer: 'klingon'": {"tokenizer.ggml.model": "klingon"},
         "cannot find tokenizer merges": {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]},
-        "not implemented by synapse": {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "kimi-k2",
-                                       "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["a a"]},
+        "not implemented by synapse": {"tokenizer.ggml.model": "plamo2", "tokenizer.ggml.tokens": ["a"]},
+        "unknown pre-tokenizer type: 'klingon'": {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "klingon",
+                                                  "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["a a"]},
         "cannot find tokenizer vocab": {"tokenizer.ggml.model": "llama"},
     }
     for i, (msg, kv) in enumerate(cases.items()):

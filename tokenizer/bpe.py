@@ -109,3 +109,17 @@ def symbols_to_ids(symbols: list[bytes], token_to_id: dict[bytes, int], out: lis
             tid = token_to_id.get(bytes((b,)))  # std::string(1, byte)
             if tid is not None:
                 out.append(tid)
+
+
+def symbols_to_ids_hex(symbols: list[bytes], token_to_id: dict[bytes, int], out: list[int]) -> None:
+    """Final symbols -> ids for SPM-style BPE (byte_encode off, gemma4): an unknown symbol contributes
+    the <0xXX> tokens of its bytes, if any."""
+    for s in symbols:
+        tid = token_to_id.get(s)
+        if tid is not None:
+            out.append(tid)
+            continue
+        for b in s:
+            tid = token_to_id.get(b"<0x%02X>" % b)
+            if tid is not None:
+                out.append(tid)

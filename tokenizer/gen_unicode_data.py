@@ -7,7 +7,8 @@ splits depend on those exact classes, so we carry the same data, converted once 
     python -m tokenizer.gen_unicode_data /path/to/llama.cpp/src/unicode-data.cpp
 
 Only the tables the tokenizer uses are kept: the codepoint-range -> category flags table, the
-whitespace set and the lowercase map (llama's custom splitters lowercase the contraction letters).
+whitespace set, the lowercase map (llama's custom splitters lowercase the contraction letters; WPM
+lowercases words) and the NFD ranges (unicode_cpts_normalize_nfd, WPM's accent stripping).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main(argv: list[str]) -> None:
     ranges = [(int(a, 16), int(b, 16)) for a, b in pair.findall(_block(src, "unicode_ranges_flags"))]
     whitespace = [int(x, 16) for x in hexnum.findall(_block(src, "unicode_set_whitespace"))]
     lower = [(int(a, 16), int(b, 16)) for a, b in pair.findall(_block(src, "unicode_map_lowercase"))]
+    triple = re.compile(r"\{(0x[0-9A-Fa-f]+),\s*(0x[0-9A-Fa-f]+),\s*(0x[0-9A-Fa-f]+)\}")
+    nfd = [tuple(int(x, 16) for x in t) for t in triple.findall(_block(src, "unicode_ranges_nfd"))]
+    assert all(a[0] < b[0] for a, b in zip(nfd, nfd[1:])), "nfd table not ascending"
     assert ranges[0][0] == 0 and ranges[-1][0] == 0x110000, "unexpected range table bounds"
     assert all(a < b for (a, _), (b, _) in zip(ranges, ranges[1:])), "range table not ascending"
 
@@ -48,7 +52,8 @@ def main(argv: list[str]) -> None:
         "RANGE_STARTS[i]..RANGE_STARTS[i+1]-1 have category flags RANGE_FLAGS[i] (unicode_cpt_flags bits:",
         "UNDEFINED 0x1, NUMBER 0x2, LETTER 0x4, SEPARATOR 0x8, ACCENT_MARK 0x10, PUNCTUATION 0x20, SYMBOL 0x40,",
         "CONTROL 0x80); the last start is 0x110000. WHITESPACE is unicode_set_whitespace; LOWER_FROM[i] -> LOWER_TO[i]",
-        "is unicode_map_lowercase (ascending).",
+        "is unicode_map_lowercase (ascending). NFD_FIRST[i]..NFD_LAST[i] map to NFD_TO[i] (unicode_ranges_nfd:",
+        "the first codepoint of each range's canonical decomposition).",
         '"""',
         "",
         f"RANGE_STARTS = (\n{ints([a for a, _ in ranges])}\n)",
@@ -56,11 +61,14 @@ def main(argv: list[str]) -> None:
         f"WHITESPACE = (\n{ints(sorted(whitespace))}\n)",
         f"LOWER_FROM = (\n{ints([a for a, _ in lower])}\n)",
         f"LOWER_TO = (\n{ints([b for _, b in lower])}\n)",
+        f"NFD_FIRST = (\n{ints([t[0] for t in nfd])}\n)",
+        f"NFD_LAST = (\n{ints([t[1] for t in nfd])}\n)",
+        f"NFD_TO = (\n{ints([t[2] for t in nfd])}\n)",
         "",
     ]
     dest = Path(__file__).with_name("unicode_data.py")
     dest.write_text("\n".join(out))
-    print(f"wrote {dest}: {len(ranges)} ranges, {len(whitespace)} whitespace, {len(lower)} lowercase pairs")
+    print(f"wrote {dest}: {len(ranges)} ranges, {len(whitespace)} whitespace, {len(lower)} lowercase pairs, {len(nfd)} nfd ranges")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ encode(text, add_special, parse_special):
   1. tokenizer_st_partition: special tokens (longest first) are cut out of the raw text; control and
      unknown tokens only with parse_special, user-defined tokens always; a token with LSTRIP/RSTRIP
      eats the ASCII whitespace (C isspace) on that side of it.
-  2. each remaining text fragment goes through the SPM session (with the leading-space rule and
-     U+2581 escaping) or the BPE session (pre-tokenizer split, byte encoding, merges);
-  3. BOS/EOS around it when add_special and the vocabulary says so.
+  2. each remaining text fragment goes through the vocabulary type's session: SPM (the leading-space
+     rule and U+2581 escaping), BPE (pre-tokenizer split, byte encoding or, for gemma4-style vocabularies,
+     U+2581 escaping and raw UTF-8 symbols, merges), WPM (BERT WordPiece), UGM (T5 unigram) or RWKV;
+  3. BOS/EOS (WPM: CLS/SEP) around it when add_special and the vocabulary says so.
 
-BPE words are cached (word -> ids), which makes repeated text cheap; the cache is bounded.
+BPE and WPM words are cached (word -> ids), which makes repeated text cheap; the cache is bounded.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import codecs
 import re
 from itertools import chain
 
-from .bpe import LONG_WORD, build_ranks, merge_word, merge_word_queue, symbols_to_ids, word_symbols
+from .bpe import LONG_WORD, build_ranks, merge_word, merge_word_queue, symbols_to_ids, symbols_to_ids_hex, word_symbols
 from .spm import spm_tokenize
-from .unicode import RegexSplitter, byte_decode, utf8_decode_llama, utf8_encode
+from .unicode import WHITESPACE, RegexSplitter, byte_decode, cpt_flags, tolower, utf8_decode_llama, utf8_encode
 from .vocab import (
     ATTR_BYTE,
     ATTR_CONTROL,
@@ -29,7 +30,6 @@ from .vocab import (
     ATTR_UNKNOWN,
     ATTR_USER_DEFINED,
     NULL,
-    PRE_REGEXES,
     Vocab,
     VocabError,
 )
@@ -53,7 +53,7 @@ def decode_utf8_lossy(data: bytes) -> str:
 
 
 class Tokenizer:
-    """A GGUF vocabulary's tokenizer (SPM or byte-level BPE), bit-exact with llama.cpp."""
+    """A GGUF vocabulary's tokenizer (SPM, BPE, WPM, UGM or RWKV), bit-exact with llama.cpp."""
 
     def __init__(self, vocab: Vocab):
         self.vocab = vocab
@@ -63,11 +63,20 @@ class Tokenizer:
         self._ranks: dict[bytes, int] | None = None
         self._specials: dict[tuple[bool, bool], list] = {}
         self._special_finder: dict[tuple[bool, bool], _SpecialFinder | None] = {}
+        self._session = None  # UGM / RWKV: the tokenizer object llama.cpp builds at load
         if vocab.is_bpe:
             try:
-                self._splitter = RegexSplitter(PRE_REGEXES[vocab.pre_tokenizer.regexes])
+                self._splitter = RegexSplitter(list(vocab.pre_tokenizer.regexes))
             except ValueError as e:
                 raise VocabError(f"pre-tokenizer {vocab.pre!r}: {e}") from None
+        elif vocab.type == "ugm":
+            from .ugm import UgmTokenizer
+
+            self._session = UgmTokenizer(vocab)
+        elif vocab.type == "rwkv":
+            from .rwkv import RwkvTokenizer
+
+            self._session = RwkvTokenizer(vocab)
 
     # --- encode ------------------------------------------------------------------------------------
 
@@ -111,7 +120,32 @@ class Tokenizer:
                     raise VocabError("add_eos is set but the vocabulary has no EOS token")
                 out.append(v.eos_id)
             return out
-        # BPE
+        if v.type == "wpm":
+            from .wpm import wpm_tokenize
+
+            if add_special:
+                if v.bos_id == NULL:
+                    raise VocabError("the vocabulary has no BOS (CLS) token")
+                out.append(v.bos_id)
+            for frag in fragments:
+                if isinstance(frag, int):
+                    out.append(frag)
+                else:
+                    wpm_tokenize(frag, v.token_to_id, v.max_token_len, v.unk_id, v.lowercase, v.strip_accents,
+                                 self._word_cache, out)
+            if add_special:
+                if v.sep_id == NULL:
+                    raise VocabError("the vocabulary has no SEP token")
+                out.append(v.sep_id)
+            return out
+        if v.type == "rwkv":
+            for frag in fragments:
+                if isinstance(frag, int):
+                    out.append(frag)
+                else:
+                    self._session.tokenize(frag if is_bytes else utf8_encode(frag), out)
+            return out
+        # BPE and UGM
         if add_special and v.add_bos:
             if v.bos_id == NULL:
                 raise VocabError("add_bos is set but the vocabulary has no BOS token")
@@ -119,6 +153,8 @@ class Tokenizer:
         for frag in fragments:
             if isinstance(frag, int):
                 out.append(frag)
+            elif v.type == "ugm":
+                self._session.tokenize(frag if is_bytes else utf8_encode(frag), out)
             else:
                 self._bpe_fragment(utf8_decode_llama(frag) if is_bytes else frag, out)
         if add_special and v.add_eos:
@@ -128,6 +164,24 @@ class Tokenizer:
         return out
 
     def _bpe_fragment(self, text: str, out: list[int]) -> None:
+        v = self.vocab
+        if v.escape_whitespaces:  # gemma4, sarvam-moe: llama_escape_whitespace on the fragment
+            text = text.replace(" ", "\u2581")
+        if v.model == "whitespace":  # llm_tokenizer_whitespace_session: BPE per whitespace-free segment
+            seg: list[str] = []
+            for ch in text:
+                if cpt_flags(ord(ch)) & WHITESPACE:
+                    if seg:
+                        self._bpe_words("".join(seg), out)
+                        seg = []
+                else:
+                    seg.append(chr(tolower(ord(ch))) if v.lowercase else ch)
+            if seg:
+                self._bpe_words("".join(seg), out)
+            return
+        self._bpe_words(text, out)
+
+    def _bpe_words(self, text: str, out: list[int]) -> None:
         words = self._splitter.split(text)
         cache = self._word_cache
         new = set(words).difference(cache)
@@ -143,16 +197,24 @@ class Tokenizer:
     def _bpe_word(self, word: str) -> tuple[int, ...]:
         v = self.vocab
         t2i = v.token_to_id
-        symbols = word_symbols(word)
+        byte_encode = v.byte_encode
+        symbols = word_symbols(word) if byte_encode else [utf8_encode(c) for c in word]
         if v.ignore_merges:
             tid = t2i.get(b"".join(symbols))
+            if tid is not None:
+                return (tid,)
+        elif v.pre_tokenizer.type == "gemma4" and word and not word.strip("\n"):
+            tid = t2i.get(b"".join(symbols))  # a run of newlines that is a token stays whole (gemma 4)
             if tid is not None:
                 return (tid,)
         if self._ranks is None:
             self._ranks = build_ranks(v.merges)
         symbols = merge_word(symbols, self._ranks) if len(symbols) <= LONG_WORD else merge_word_queue(symbols, self._ranks)
         ids: list[int] = []
-        symbols_to_ids(symbols, t2i, ids)
+        if byte_encode:
+            symbols_to_ids(symbols, t2i, ids)
+        else:
+            symbols_to_ids_hex(symbols, t2i, ids)
         return tuple(ids)
 
     # --- special-token partition (tokenizer_st_partition) -----------------------------------------
@@ -249,8 +311,12 @@ class Tokenizer:
         text = v.texts[token_id]
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED):
             return text
+        if v.type == "rwkv":  # every token: its unescaped text
+            from .rwkv import unescape_rwkv_token
+
+            return unescape_rwkv_token(text)
         if attr & ATTR_NORMAL:
-            if v.is_spm:
+            if not v.is_bpe or v.escape_whitespaces:
                 return text.replace(_ESCAPED_SPACE, b" ")
             return byte_decode(text.decode("utf-8", "surrogateescape"))
         if attr & ATTR_BYTE:
@@ -293,6 +359,8 @@ class Tokenizer:
                 return byte_to_token(v.token_to_id, 0x0A)
             except VocabError:
                 return v.pad_id
+        if v.type == "wpm":
+            return v.pad_id
         ids = self.encode("\n", False, False)
         return ids[0] if ids else v.pad_id
 

@@ -3,21 +3,23 @@
 llama.cpp does not use Unicode properties from a regex engine. It classifies codepoints with its own
 tables (src/unicode-data.cpp, carried here as `unicode_data`), and `unicode_regex_split` splits text
 
-* with hand-written state machines for the GPT-2, Llama-3 and Qwen2 regexes (the "custom" paths,
-  chosen by exact string comparison of the pattern; Qwen3.5's, Kimi-K2's and AFMoE's are not ported),
+* with hand-written state machines for the GPT-2, Llama-3, Qwen2 and Qwen3.5 regexes, Kimi-K2's
+  patterns, AFMoE's (and tiny_aya's) digit grouping and the newline runs of Gemma 4 (the "custom"
+  paths, chosen by exact string comparison of the pattern),
 * otherwise with C++ `std::regex` (ECMAScript grammar): on a *collapsed* copy of the text where every
   non-ASCII codepoint becomes one byte naming its category (0xD1 number, 0xD2 letter, 0xD3 punctuation,
   0xD4 mark, 0xD5 symbol, 0xD0 other, 0x0B whitespace) when the pattern uses `\\p{..}`, or on the
   codepoints themselves (non-ASCII whitespace replaced by 0x0B) when it does not.
 
-We mirror both. Each custom state machine is an equivalent Python `re` pattern (its matches tile the
+We mirror both. The four GPT-style state machines are each an equivalent Python `re` pattern (its matches tile the
 text exactly as the state machine cuts it). Its classes are llama.cpp's own: [A-Za-z] etc. on ASCII
 text, llama.cpp's tables restricted to the BMP on text without astral codepoints (one bitmap lookup in
 `re`), and otherwise the pattern runs on an ASCII "stand-in" copy of the text whose cut points are
 applied to the original; long texts go in chunks cut where a piece always ends. The std::regex paths run
 the same collapsed text through the pattern translated from ECMAScript to Python syntax (`\\s` is the C
 locale's six ASCII spaces, `$` is end of input). `custom_split_reference` keeps line-by-line ports of
-the state machines as the test oracle.
+those four state machines as the test oracle; the other custom splitters are line-by-line ports
+themselves (split_kimi_k2, split_afmoe_digits, split_newlines).
 """
 
 from __future__ import annotations
@@ -161,16 +163,17 @@ RE_GPT2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s
 RE_LLAMA3_ORIG = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 RE_LLAMA3 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 RE_QWEN2 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-# custom paths llama.cpp has that synapse does not port (a vocabulary using them is refused at load)
-RE_UNPORTED_CUSTOM = (
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",  # qwen35
-    "\\p{Han}+",  # kimi-k2
-    "[^\\n]+|[\\n]+",  # gemma4, laguna
-    "\\p{AFMoE_digits}",
-    "\\d{1,3}(?=(?:\\d{3})*\\b)",  # tiny_aya
-)
+RE_QWEN35 = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+RE_KIMI_K2 = "\\p{Han}+"  # the trigger of the whole Kimi-K2 splitter
+RE_AFMOE_DIGITS = "\\p{AFMoE_digits}"
+RE_NEWLINES = "[^\\n]+|[\\n]+"
+RE_TINY_AYA_DIGITS = "\\d{1,3}(?=(?:\\d{3})*\\b)"  # llama.cpp runs the AFMoE digit splitter for it
 
-_CUSTOM_KIND = {RE_GPT2: "gpt2", RE_LLAMA3_ORIG: "llama3", RE_LLAMA3: "llama3", RE_QWEN2: "qwen2"}
+_CUSTOM_KIND = {
+    RE_GPT2: "gpt2", RE_LLAMA3_ORIG: "llama3", RE_LLAMA3: "llama3", RE_QWEN2: "qwen2", RE_QWEN35: "qwen35",
+    RE_KIMI_K2: "kimi_k2", RE_AFMOE_DIGITS: "afmoe", RE_NEWLINES: "newlines", RE_TINY_AYA_DIGITS: "afmoe",
+}
+_FAST_KINDS = ("gpt2", "llama3", "qwen2", "qwen35")  # splitters with an equivalent Python regex
 
 
 class _StandInTable(dict):
@@ -179,19 +182,30 @@ class _StandInTable(dict):
     '!'). The custom splitters only ask "letter / number / whitespace / one of ' \\r \\n space and
     the ASCII contraction letters" (no non-ASCII codepoint lowercases to s t r e v m l d in
     unicode-data.cpp, checked in the tests), so the stand-in text splits exactly like the original,
-    and a regex over ASCII classes runs several times faster than one over llama.cpp's full tables."""
+    and a regex over ASCII classes runs several times faster than one over llama.cpp's full tables.
 
-    def __init__(self):
+    With `marks` (Qwen3.5's splitter also asks "accent mark") marks become 0x01, and the ASCII control
+    characters that are not whitespace (which no splitter treats apart from '!') become '!'."""
+
+    def __init__(self, marks: bool = False):
         super().__init__({c: chr(c) for c in range(128)})
+        self.marks = marks
+        if marks:
+            for c in list(range(0x20)) + [0x7F]:
+                if c not in WHITESPACE_SET:
+                    self[c] = "!"
 
     def __missing__(self, cp: int) -> str:
         f = cpt_flags(cp)
         c = "\x0b" if f & WHITESPACE else "a" if f & LETTER else "0" if f & NUMBER else "!"
+        if self.marks and f & ACCENT_MARK and not f & WHITESPACE:
+            c = "\x01"
         self[cp] = c
         return c
 
 
 _STAND_IN = _StandInTable()
+_STAND_IN_MARKS = _StandInTable(marks=True)
 
 
 def _bmp_class(bit: int) -> str:
@@ -210,18 +224,19 @@ def _bmp_class(bit: int) -> str:
 
 
 @lru_cache(maxsize=None)
-def custom_pattern(kind: str, bmp: bool = False) -> re.Pattern:
+def custom_pattern(kind: str, mode: str = "ascii") -> re.Pattern:
     """A Python regex whose successive matches (findall) are exactly the pieces llama.cpp's custom
-    splitter `kind` emits: over ASCII or stand-in text with ASCII classes (bmp=False), or over text
-    without astral codepoints with llama.cpp's classes restricted to the BMP (bmp=True; `re` turns
-    those into one bitmap lookup, while astral ranges would be scanned one by one). Each alternative
-    list ends in a one-codepoint catch-all, the custom code's "no match" branch, so the matches tile
-    the text."""
-    if bmp:
-        L, N = _bmp_class(LETTER), _bmp_class(NUMBER)
+    splitter `kind` emits: over ASCII text with llama.cpp's classes restricted to ASCII (mode "ascii"),
+    over text without astral codepoints with llama.cpp's classes restricted to the BMP ("bmp"; `re`
+    turns those into one bitmap lookup, while astral ranges would be scanned one by one), or over the
+    stand-in text ("standin", see _StandInTable). Each alternative list ends in a one-codepoint
+    catch-all, the custom code's "no match" branch, so the matches tile the text."""
+    if mode == "bmp":
+        L, N, M = _bmp_class(LETTER), _bmp_class(NUMBER), _bmp_class(ACCENT_MARK)
         WS = "".join(_esc(c) for c in sorted(WHITESPACE_SET))
     else:  # llama.cpp's classes restricted to ASCII: [A-Za-z], [0-9] and the six C-locale spaces
         L, N, WS = "A-Za-z", "0-9", "\\t\\n\\x0b\\x0c\\r "
+        M = "\\x01" if mode == "standin" and kind == "qwen35" else ""  # no ASCII codepoint is a mark
     # (possessive ++ where nothing after the run could ever take its characters back: speed only)
     if kind == "gpt2":
         # the custom code emits a lone whitespace that `\\s+(?!\\S)` rejects as its own piece: `[WS]+`
@@ -229,12 +244,13 @@ def custom_pattern(kind: str, bmp: bool = False) -> re.Pattern:
             f"'(?:[stmd]|re|ve|ll)| ?[{L}]++| ?[{N}]++| ?[^{WS}{L}{N}]++"
             f"|[{WS}]+(?![^{WS}])|[{WS}]+|[\\s\\S]"
         )
-    elif kind in ("llama3", "qwen2"):
+    elif kind in ("llama3", "qwen2", "qwen35"):
         # (?i:'s|...) as the custom code tests it: unicode_tolower(next) is the letter
         contraction = "'(?:[sStTmMdD]|[rRvV][eE]|[lL][lL])"
         num = f"[{N}]{{1,3}}" if kind == "llama3" else f"[{N}]"
+        LM = L + M if kind == "qwen35" else L  # qwen35: letter runs take the marks, punctuation runs do not
         pat = (
-            f"{contraction}|[^\\r\\n{L}{N}]?[{L}]++|{num}| ?[^{WS}{L}{N}]++[\\r\\n]*+"
+            f"{contraction}|[^\\r\\n{L}{N}]?[{LM}]++|{num}| ?[^{WS}{LM}{N}]++[\\r\\n]*+"
             f"|[{WS}]*[\\r\\n]+|[{WS}]+(?![^{WS}])|[{WS}]+|[\\s\\S]"
         )
     else:
@@ -246,9 +262,10 @@ def _split_chunk(kind: str, text: str) -> list[str]:
     if text.isascii():
         return custom_pattern(kind).findall(text)
     if max(text) < "\U00010000":
-        return custom_pattern(kind, True).findall(text)
+        return custom_pattern(kind, "bmp").findall(text)
     # astral codepoints: split the stand-in text, cut the original at the same places (C-level loops)
-    ends = list(accumulate(map(len, custom_pattern(kind).findall(text.translate(_STAND_IN)))))
+    table = _STAND_IN_MARKS if kind == "qwen35" else _STAND_IN
+    ends = list(accumulate(map(len, custom_pattern(kind, "standin").findall(text.translate(table)))))
     return list(map(text.__getitem__, map(slice, [0] + ends[:-1], ends)))
 
 
@@ -267,7 +284,9 @@ _CHUNK = 4096
 
 
 def custom_split(kind: str, text: str) -> list[str]:
-    """unicode_regex_split_custom_<kind> (gpt2, llama3, qwen2) over one range of text."""
+    """unicode_regex_split_custom_<kind> over one range of text."""
+    if kind not in _FAST_KINDS:
+        return _SLOW_CUSTOM[kind](text)
     n = len(text)
     if n <= _CHUNK or text.isascii():
         return _split_chunk(kind, text)
@@ -284,6 +303,150 @@ def custom_split(kind: str, text: str) -> list[str]:
         out += _split_chunk(kind, text[pos:end])
         pos = end
     return out
+
+
+_NEWLINE_RUNS = re.compile("[^\\n]+|\\n+")
+
+
+def split_newlines(text: str) -> list[str]:
+    """unicode_regex_split_custom_newlines: runs of non-newlines and runs of newlines."""
+    return _NEWLINE_RUNS.findall(text)
+
+
+def split_afmoe_digits(text: str) -> list[str]:
+    """unicode_regex_split_custom_afmoe (also tiny_aya's digit grouping): each run of numbers is cut
+    into a leading 1-2 and then groups of 3; everything between runs is one piece."""
+    flags = [cpt_flags(ord(c)) for c in text]
+    n = len(text)
+    out: list[str] = []
+    prev = 0
+    pos = 0
+    while pos < n:
+        if flags[pos] & NUMBER:
+            start = pos
+            while pos < n and flags[pos] & NUMBER:
+                pos += 1
+            cur = start  # (the text since the last cut goes out with the first group, as _add_token does)
+            r = (pos - start) % 3
+            cuts = ([cur + r] if r else []) + list(range(cur + r + 3, pos + 1, 3))
+            for c in cuts:
+                out.append(text[prev:c])
+                prev = c
+            continue
+        pos += 1
+    if prev < n:
+        out.append(text[prev:n])
+    return out
+
+
+def is_han(cp: int) -> bool:
+    """unicode_cpt_is_han."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
+            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0x2CEB0 <= cp <= 0x2EBEF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def split_kimi_k2(text: str) -> list[str]:
+    """unicode_regex_split_custom_kimi_k2, line by line (Han runs, letter words without Han with an
+    optional contraction, 1-3 digits, punctuation runs, the whitespace rules of llama3)."""
+    cpts = [ord(c) for c in text]
+    n = len(cpts)
+    OUT = 0xFFFFFFFF
+    flags = [cpt_flags(c) for c in cpts]
+    cpt_at = lambda p: cpts[p] if 0 <= p < n else OUT  # noqa: E731
+    fl_at = lambda p: flags[p] if 0 <= p < n else 0  # noqa: E731
+    pieces: list[str] = []
+    prev_end = 0
+
+    def add(end: int) -> int:
+        nonlocal prev_end
+        ln = end - prev_end
+        if ln > 0:
+            pieces.append(text[prev_end:end])
+        prev_end = end
+        return ln
+
+    def letter_not_han(p: int) -> bool:
+        return bool(fl_at(p) & LETTER) and not is_han(cpt_at(p))
+
+    pos = 0
+    while pos < n:
+        cpt, fl = cpt_at(pos), fl_at(pos)
+        if is_han(cpt):
+            while is_han(cpt_at(pos)):
+                pos += 1
+            add(pos)
+            continue
+        lead_ok = not (cpt in (0x0D, 0x0A) or fl & LETTER or fl & NUMBER)
+        if (fl & LETTER and not is_han(cpt)) or (lead_ok and letter_not_han(pos + 1)):
+            has_lead = False
+            if lead_ok:
+                has_lead = True
+                pos += 1
+            has_letters = False
+            while letter_not_han(pos):
+                has_letters = True
+                pos += 1
+            if has_letters or (not has_lead and letter_not_han(pos)):
+                if not has_letters:
+                    pos += 1
+                while letter_not_han(pos):
+                    pos += 1
+                if cpt_at(pos) == 0x27 and pos + 1 < n:
+                    nx = tolower(cpt_at(pos + 1))
+                    if nx in (0x73, 0x74, 0x6D, 0x64):
+                        pos += 2
+                    elif pos + 2 < n:
+                        nn = tolower(cpt_at(pos + 2))
+                        if (nx, nn) in ((0x72, 0x65), (0x76, 0x65), (0x6C, 0x6C)):
+                            pos += 3
+                add(pos)
+                continue
+            elif has_lead:
+                pos -= 1
+        if fl & NUMBER:
+            ini = pos
+            while fl_at(pos) & NUMBER:
+                pos += 1
+                if pos - ini >= 3:
+                    add(pos)
+                    ini = pos
+            add(pos)
+            continue
+        f2 = fl_at(pos + 1) if cpt == 0x20 else fl
+        if not (f2 & (WHITESPACE | LETTER | NUMBER)) and f2:
+            pos += cpt == 0x20
+            while not (f2 & (WHITESPACE | LETTER | NUMBER)) and f2:
+                pos += 1
+                f2 = fl_at(pos)
+            while cpt_at(pos) in (0x0D, 0x0A):
+                pos += 1
+            add(pos)
+            continue
+        nws = 0
+        last_rn = 0
+        while fl_at(pos + nws) & WHITESPACE:
+            if cpt_at(pos + nws) in (0x0D, 0x0A):
+                last_rn = pos + nws + 1
+            nws += 1
+        if last_rn > 0:
+            pos = last_rn
+            add(pos)
+            continue
+        if nws > 1 and cpt_at(pos + nws) != OUT:
+            pos += nws - 1
+            add(pos)
+            continue
+        if nws > 0:
+            pos += nws
+            add(pos)
+            continue
+        pos += 1
+        add(pos)
+    return pieces
+
+
+_SLOW_CUSTOM = {"newlines": split_newlines, "afmoe": split_afmoe_digits, "kimi_k2": split_kimi_k2}
 
 
 # --- the std::regex fallback -------------------------------------------------------------------------
@@ -486,11 +649,10 @@ class RegexSplitter:
     def __init__(self, regex_exprs: list[str]):
         self.steps: list[tuple[str, object]] = []  # ("custom", kind) | ("collapsed" | "wide", pattern)
         for expr in regex_exprs:
-            if expr in RE_UNPORTED_CUSTOM:
-                raise ValueError(f"llama.cpp splits {expr!r} with custom code synapse has not ported")
             kind = _CUSTOM_KIND.get(expr)
             if kind is not None:
-                custom_pattern(kind)
+                if kind in _FAST_KINDS:
+                    custom_pattern(kind)
                 self.steps.append(("custom", kind))
             elif uses_categories(expr):
                 self.steps.append(("collapsed", re.compile(ecma_to_python(collapse_regex(expr)))))
@@ -537,7 +699,7 @@ class RegexSplitter:
 # --- literal ports of the custom splitters: the test oracle --------------------------------------------
 
 def custom_split_reference(kind: str, text: str) -> list[str]:
-    """Line-by-line port of unicode_regex_split_custom_{gpt2,llama3,qwen2} over one range (slow)."""
+    """Line-by-line port of unicode_regex_split_custom_{gpt2,llama3,qwen2,qwen35} over one range (slow)."""
     cpts = [ord(c) for c in text]
     n = len(cpts)
     OUT = 0xFFFFFFFF
@@ -609,11 +771,12 @@ def custom_split_reference(kind: str, text: str) -> list[str]:
             pos += 1
             add(pos)
             continue
-        # llama3 / qwen2
+        # llama3 / qwen2 / qwen35 (whose letter runs also take accent marks)
+        lm = (lambda f: f & (LETTER | ACCENT_MARK)) if kind == "qwen35" else is_l  # noqa: E731
         if not (cpt in (0x0D, 0x0A) or is_n(fl)):
-            if is_l(fl) or is_l(get_flags(pos + 1)):
+            if lm(fl) or lm(get_flags(pos + 1)):
                 pos += 1
-                while is_l(get_flags(pos)):
+                while lm(get_flags(pos)):
                     pos += 1
                 add(pos)
                 continue
@@ -631,9 +794,9 @@ def custom_split_reference(kind: str, text: str) -> list[str]:
                 add(pos)
             continue
         f2 = get_flags(pos + 1) if cpt == 0x20 else fl
-        if not (is_ws(f2) or is_l(f2) or is_n(f2)) and fl:
+        if not (is_ws(f2) or lm(f2) or is_n(f2)) and fl:
             pos += cpt == 0x20
-            while not (is_ws(f2) or is_l(f2) or is_n(f2)) and f2:
+            while not (is_ws(f2) or lm(f2) or is_n(f2)) and f2:
                 pos += 1
                 f2 = get_flags(pos)
             c2 = get_cpt(pos)

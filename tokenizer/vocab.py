@@ -49,93 +49,14 @@ class VocabError(ModelError):
     """The file has no usable vocabulary, or one synapse's tokenizer cannot reproduce."""
 
 
-# --- pre-tokenizers ----------------------------------------------------------------------------------
+# --- pre-tokenizers (tokenizer/pretokenizers.py) ------------------------------------------------------
 
-from .unicode import RE_GPT2, RE_LLAMA3, RE_QWEN2  # noqa: E402
+from .pretokenizers import PRE_TOKENIZERS, PreTokenizer  # noqa: E402
 
-# llm_tokenizer_bpe's regex_exprs for the pre-tokenizer types synapse implements (verbatim strings:
-# llama.cpp picks its custom code by comparing them)
-PRE_REGEXES: dict[str, list[str]] = {
-    "default": ["[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"],
-    "llama3": [RE_LLAMA3],
-    "deepseek-llm": [
-        "[\r\n]",
-        "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
-        "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
-        "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
-        "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d"
-        "\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4"
-        "\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
-        "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
-        "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a"
-        "\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
-        "\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+",
-        "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
-        "\\s+$",
-        "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+",
-        "\\p{N}+",
-    ],
-    "deepseek-coder": ["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", "\\p{N}"],
-    "falcon": ["[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"],
-    "starcoder": ["\\p{N}", RE_GPT2],
-    "gpt2": [RE_GPT2],
-    "qwen2": [RE_QWEN2],
-    "tekken": [
-        "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-    ],
-}
-
-
-@dataclass(frozen=True)
-class PreTokenizer:
-    regexes: str  # key of PRE_REGEXES
-    clean_spaces: bool = True  # BPE default
-    ignore_merges: bool = False
-    add_bos: bool | None = None  # None: keep the BPE default (false)
-    bos_null: bool = False  # chatglm: special_bos_id = LLAMA_TOKEN_NULL
-
-
-def _pre_table() -> dict[str, PreTokenizer]:
-    t: dict[str, PreTokenizer] = {"default": PreTokenizer("default")}
-    for n in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"):
-        t[n] = PreTokenizer("llama3", ignore_merges=True, add_bos=True)
-    t["deepseek-llm"] = PreTokenizer("deepseek-llm", clean_spaces=False)
-    t["deepseek-coder"] = PreTokenizer("deepseek-coder", clean_spaces=False)
-    t["falcon"] = PreTokenizer("falcon")
-    t["mpt"] = PreTokenizer("gpt2")
-    t["starcoder"] = PreTokenizer("starcoder")
-    for n in ("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
-              "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "exaone4", "olmo", "jais"):
-        t[n] = PreTokenizer("gpt2")
-    t["refact"] = PreTokenizer("starcoder")
-    t["command-r"] = PreTokenizer("starcoder", clean_spaces=False)
-    for n in ("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "hunyuan", "grok-2", "solar-open"):
-        t[n] = PreTokenizer("qwen2", clean_spaces=False)
-    t["megrez"] = PreTokenizer("qwen2")
-    t["stablelm2"] = PreTokenizer("qwen2")
-    t["dbrx"] = PreTokenizer("llama3")
-    t["smaug-bpe"] = PreTokenizer("llama3")
-    t["chatglm-bpe"] = PreTokenizer("llama3", bos_null=True)
-    t["glm4"] = t["glm5"] = PreTokenizer("llama3", bos_null=True, ignore_merges=True)
-    t["tekken"] = PreTokenizer("tekken", clean_spaces=False, ignore_merges=True, add_bos=True)
-    t["smollm"] = PreTokenizer("starcoder", clean_spaces=False)
-    t["codeshell"] = PreTokenizer("starcoder")
-    t["exaone"] = PreTokenizer("starcoder")
-    t["minerva-7b"] = PreTokenizer("starcoder")
-    t["mellum2"] = PreTokenizer("starcoder")
-    t["trillion"] = PreTokenizer("gpt2", clean_spaces=False)
-    t["granite-docling"] = PreTokenizer("gpt2", clean_spaces=False)
-    return t
-
-
-PRE_TOKENIZERS = _pre_table()
-# names llama.cpp knows whose splitting synapse does not implement (refused with a clear message)
-KNOWN_UNSUPPORTED_PRE = frozenset(
-    "minicpm5 deepseek-v3 spark2_5 youtu jais-2 gemma4 granite-embed-multi-311m sarvam-moe whitespace qwen35 "
-    "poro-chat viking bloom gpt3-finnish exaone-moe chameleon gpt-4o llama4 kanana2 talkie granite-embed-multi-97m "
-    "tiny_aya cohere2moe superbpe bailingmoe bailingmoe2 llada-moe seed-coder hunyuan-dense hy_v4 joyai-llm "
-    "kimi-k2 ufakzeka afmoe laguna minimax-m2".split()
-)
+# tokenizer.ggml.model -> llama_vocab_type, as llama_vocab::impl::load maps them
+VOCAB_TYPES = {"llama": "spm", "gpt2": "bpe", "hybriddna": "bpe", "whitespace": "bpe", "gemma4": "bpe",
+               "bert": "wpm", "t5": "ugm", "rwkv": "rwkv", "plamo2": "plamo2", "test": "test"}
+NOT_IMPLEMENTED_MODELS = frozenset({"plamo2", "test", "hybriddna"})
 
 # --- special-token detection by text (llama_vocab::impl::load) ------------------------------------
 
@@ -201,7 +122,7 @@ def _array(reader, key: str, kinds: str, what: str):
 class Vocab:
     """llama_vocab: texts, attributes, special ids and tokenizer flags of one GGUF vocabulary."""
 
-    model: str  # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
+    model: str  # tokenizer.ggml.model as written ("llama", "gpt2", "bert", "t5", "gemma4", "rwkv", ...)
     pre: str  # tokenizer.ggml.pre as written ("" when absent)
     texts: list[bytes] = field(repr=False)  # (n_tokens,) raw texts ("[EMPTY_i]" for empty ones, as llama.cpp)
     scores: np.ndarray = field(repr=False)  # (n_tokens,) float32
@@ -222,11 +143,20 @@ class Vocab:
     fim_pad_id: int = NULL
     fim_rep_id: int = NULL
     fim_sep_id: int = NULL
+    type: str = "spm"  # llama_vocab_type: "spm", "bpe", "wpm", "ugm" or "rwkv"
     add_bos: bool = False
     add_eos: bool = False
+    add_sep: bool = False
     add_space_prefix: bool = False
     clean_spaces: bool = False
     ignore_merges: bool = False
+    remove_extra_whitespaces: bool = False  # UGM: runs of spaces become one (tokenizer.ggml.remove_extra_whitespaces)
+    escape_whitespaces: bool = True  # UGM, and BPE gemma4/sarvam-moe: spaces as U+2581
+    treat_whitespace_as_suffix: bool = False  # (no GGUF key sets it)
+    lowercase: bool = True  # WPM / whitespace normalizer_opts
+    strip_accents: bool = True
+    precompiled_charsmap: bytes = field(default=b"", repr=False)  # UGM normalization table
+    linefeed_id: int = NULL
     eog_ids: set[int] = field(default_factory=set)
     special_ids: list[int] = field(default_factory=list, repr=False)  # cache_special_tokens: longest text first
     max_token_len: int = 0
@@ -243,11 +173,16 @@ class Vocab:
 
     @property
     def is_spm(self) -> bool:
-        return self.model == "llama"
+        return self.type == "spm"
 
     @property
     def is_bpe(self) -> bool:
-        return self.model == "gpt2"
+        return self.type == "bpe"
+
+    @property
+    def byte_encode(self) -> bool:
+        """BPE: GPT-2 byte encoding of the words (false for the SPM-style gemma4, sarvam-moe, whitespace)."""
+        return self.pre_tokenizer.byte_encode if self.pre_tokenizer is not None else True
 
     @property
     def eot_id(self) -> int:
@@ -320,7 +255,7 @@ class Vocab:
 
 
 def load_vocab(reader) -> Vocab:
-    """llama_vocab::impl::load for the SPM ("llama") and BPE ("gpt2") tokenizer models."""
+    """llama_vocab_impl::load for the SPM, BPE, WPM, UGM and RWKV tokenizer models."""
     model = reader.get("tokenizer.ggml.model")
     path = getattr(reader, "path", "?")
     if model is None:
@@ -329,50 +264,88 @@ def load_vocab(reader) -> Vocab:
         raise VocabError("tokenizer.ggml.model is not a string")
     if model in ("no_vocab", "none"):
         raise VocabError(f"{os.path.basename(path)}: the model has no vocabulary (tokenizer.ggml.model = {model!r})")
-    if model not in ("llama", "gpt2"):
-        known = ("bert", "t5", "rwkv", "plamo2", "gemma4", "hybriddna", "whitespace", "test")
-        if model in known:
-            raise VocabError(f"tokenizer model {model!r} is supported by llama.cpp but not by synapse (llama, gpt2)")
+    vtype = VOCAB_TYPES.get(model)
+    if vtype is None:
         raise VocabError(f"unknown tokenizer: {model!r}")
+    if model in NOT_IMPLEMENTED_MODELS:
+        raise VocabError(f"tokenizer model {model!r} is known to llama.cpp but not implemented by synapse")
     pre = reader.get("tokenizer.ggml.pre", "")
     if not isinstance(pre, str):
         raise VocabError("tokenizer.ggml.pre is not a string")
 
     v = Vocab(model=model, pre=pre, texts=[], scores=np.zeros(0, np.float32), types=np.zeros(0, np.int32),
-              attrs=np.zeros(0, np.int32))
+              attrs=np.zeros(0, np.int32), type=vtype)
     name = reader.get("general.name", "")
     v.name = name if isinstance(name, str) else ""
 
-    if model == "llama":
+    # default special ids and flags per type (sep/pad/mask are NULL unless said otherwise)
+    pad = mask = sep = NULL
+    if vtype == "spm":
         v.bos_id, v.eos_id, v.unk_id = 1, 2, 0
-        v.add_space_prefix, v.clean_spaces, v.add_bos, v.add_eos = True, False, True, False
-    else:
+    elif vtype == "wpm":
+        v.bos_id, v.eos_id, v.unk_id, sep, pad, mask = 101, NULL, 100, 102, 0, 103
+    elif vtype == "ugm":
+        v.bos_id, v.eos_id, v.unk_id, pad = NULL, 1, 2, 0
+        f = reader.fields.get("tokenizer.ggml.precompiled_charsmap")
+        if f is not None:
+            if not isinstance(f.value, np.ndarray) or f.value.dtype.kind + str(f.value.dtype.itemsize) not in ("i1", "u1"):
+                raise VocabError("invalid gguf type for tokenizer.ggml.precompiled_charsmap")
+            cm = f.value.tobytes()
+            if len(cm) < 4:
+                raise VocabError("precompiled_charsmap too small for xcda_blob_size header!")
+            if int.from_bytes(cm[:4], "little") + 4 >= len(cm):
+                raise VocabError("Index out of array bounds in precompiled charsmap!")
+            v.precompiled_charsmap = cm
+    elif vtype == "rwkv":
+        v.bos_id = v.eos_id = v.unk_id = NULL
+    elif vtype == "bpe":
         merges = reader.fields.get("tokenizer.ggml.merges")
         if merges is None:
-            raise VocabError("cannot find tokenizer merges in model file")
-        from kernels.gguf import StringArray
+            if not (pre == "kimi-k2" and model != "gemma4"):
+                raise VocabError("cannot find tokenizer merges in model file")
+        else:
+            from kernels.gguf import StringArray
 
-        if not isinstance(merges.value, StringArray):
-            raise VocabError("invalid gguf type for tokenizer.ggml.merges")
-        v.merges_source = merges.value
-        v.bos_id, v.eos_id, v.unk_id = 11, 11, NULL
-        v.clean_spaces = True
-        key = pre or "default"
+            if not isinstance(merges.value, StringArray):
+                raise VocabError("invalid gguf type for tokenizer.ggml.merges")
+            v.merges_source = merges.value
+        if model == "gemma4":
+            v.bos_id = v.eos_id = v.unk_id = NULL
+            pre = "gemma4"  # llama.cpp sets this pre-tokenizer for the tokenizer model
+        else:
+            v.bos_id, v.eos_id, v.unk_id = 11, 11, NULL
+
+    if vtype == "bpe":
+        v.add_space_prefix, v.escape_whitespaces, v.clean_spaces = False, False, True
+        key = pre or "default"  # llama.cpp warns "missing pre-tokenizer type, using: 'default'"
         if key not in PRE_TOKENIZERS:
-            if key in KNOWN_UNSUPPORTED_PRE:
-                raise VocabError(f"pre-tokenizer {pre!r} is known to llama.cpp but not implemented by synapse")
             raise VocabError(f"unknown pre-tokenizer type: {pre!r}")
         pt = PRE_TOKENIZERS[key]
         v.pre_tokenizer = pt
         v.clean_spaces = pt.clean_spaces
         v.ignore_merges = pt.ignore_merges
+        v.escape_whitespaces = pt.escape_whitespaces
+        v.add_sep = pt.add_sep
         if pt.add_bos is not None:
             v.add_bos = pt.add_bos
         if pt.bos_null:
             v.bos_id = NULL
+        if pt.lowercase is not None:
+            v.lowercase = pt.lowercase
+    elif vtype == "spm":
+        v.add_space_prefix, v.clean_spaces, v.add_bos, v.add_eos = True, False, True, False
+    elif vtype == "wpm":
+        v.add_space_prefix, v.clean_spaces, v.add_bos, v.add_eos, v.add_sep = False, True, True, False, True
+    elif vtype == "ugm":
+        v.add_bos, v.add_eos = False, True
+    elif vtype == "rwkv":
+        v.add_space_prefix, v.clean_spaces, v.add_bos, v.add_eos = False, False, False, False
     asp = _get_bool(reader, "tokenizer.ggml.add_space_prefix")
     if asp is not None:
         v.add_space_prefix = asp
+    rew = _get_bool(reader, "tokenizer.ggml.remove_extra_whitespaces")
+    if rew is not None:
+        v.remove_extra_whitespaces = rew
 
     # tokens, scores, types
     tf = reader.fields.get("tokenizer.ggml.tokens")
@@ -415,8 +388,8 @@ def load_vocab(reader) -> Vocab:
         raise VocabError(f"the vocabulary has duplicate token texts ({n - len(t2i)}); llama.cpp refuses it")
 
     # special ids: defaults disabled when out of range, then metadata
-    ids = {"bos": v.bos_id, "eos": v.eos_id, "eot": NULL, "eom": NULL, "unk": v.unk_id, "sep": NULL, "pad": NULL,
-           "mask": NULL, "fim_pre": NULL, "fim_suf": NULL, "fim_mid": NULL, "fim_pad": NULL, "fim_rep": NULL,
+    ids = {"bos": v.bos_id, "eos": v.eos_id, "eot": NULL, "eom": NULL, "unk": v.unk_id, "sep": sep, "pad": pad,
+           "mask": mask, "fim_pre": NULL, "fim_suf": NULL, "fim_mid": NULL, "fim_pad": NULL, "fim_rep": NULL,
            "fim_sep": NULL}
     for slot, key in _SPECIAL_KEYS:
         if ids[slot] >= n:
@@ -432,6 +405,19 @@ def load_vocab(reader) -> Vocab:
     ae = _get_bool(reader, "tokenizer.ggml.add_eos_token")
     if ae is not None:
         v.add_eos = ae
+    asep = _get_bool(reader, "tokenizer.ggml.add_sep_token")
+    if asep is not None:
+        v.add_sep = asep
+    if v.pre_tokenizer is not None and v.pre_tokenizer.type == "gemma4" and not v.add_bos:
+        v.add_bos = True  # llama.cpp: "override 'tokenizer.ggml.add_bos_token' to 'true' for Gemma4"
+    # BertNormalizer options (WPM; the whitespace model's lowercasing)
+    low = _get_bool(reader, "tokenizer.ggml.normalizer.lowercase")
+    if low is not None:
+        v.lowercase = low
+    v.strip_accents = v.lowercase
+    sa = _get_bool(reader, "tokenizer.ggml.normalizer.strip_accents")
+    if sa is not None:
+        v.strip_accents = sa
 
     # auto-detect special tokens by text. llama.cpp walks token_to_id (hash order) and takes the first
     # match per empty slot, forcing its type to CONTROL; we find all candidates and resolve order only
