@@ -16,7 +16,8 @@ import pytest
 
 from conftest import FIXTURES, REPO, SMOLLM2, real_model_path
 
-CASES = sorted(p.stem for p in (FIXTURES / "real" / "completion").glob("*.json"))
+CASES = sorted(p for p in (FIXTURES / "real" / "completion").glob("*.json")) + \
+    sorted((REPO / "tests" / "reference" / "completion").glob("*.json"))
 
 
 def _synapse(*args, stdin=subprocess.DEVNULL, cwd=None):
@@ -25,11 +26,11 @@ def _synapse(*args, stdin=subprocess.DEVNULL, cwd=None):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
 def test_sampled_and_chat_runs_print_llama_completions_stdout(case):
-    """Every argument list of real/completion (samplers, seeds, -cnv -st -sys, --jinja) run with
-    --llama-batch-order prints llama-completion's exact stdout."""
-    rec = json.loads((FIXTURES / "real" / "completion" / f"{case}.json").read_text())
+    """Every argument list of real/completion (samplers, seeds, -cnv -st -sys, --jinja; and two references made
+    here, tests/reference/completion) run with --llama-batch-order prints llama-completion's exact stdout."""
+    rec = json.loads(case.read_text())
     args = list(rec["args"])
     args[args.index("-m") + 1] = str(real_model_path(args[args.index("-m") + 1]))
     r = _synapse(*args, "--llama-batch-order", cwd=FIXTURES)  # prompt files are relative to the fixtures

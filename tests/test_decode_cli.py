@@ -79,7 +79,7 @@ def test_context_full_stops_with_reason():
 
 @pytest.mark.parametrize("args,msg", [
     (["-m", "nope.gguf", "-p", "x"], "nope.gguf"),
-    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "--temp", "0.7"], "--temp"),
+    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "--repeat-penalty", "-1"], "repeat-penalty"),
     (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "-t", "0"], "-t"),
     (["-m", str(FIXTURES / "vocab" / "ggml-vocab-llama-spm.gguf"), "-p", "x"], "tensor"),
 ])

@@ -94,7 +94,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             json_output, **sampling_opts):
     """Generate text from a prompt as llama-completion does (greedy unless a sampling flag is given)."""
     if sampling_given(sampling_opts):
-        sampling_params(sampling_opts, warn=lambda msg: None)  # the flags' own checks, before the model loads
+        sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
             raise SynapseError(f"{name} must be >= 1, got {val}")
@@ -136,7 +136,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     tok = sess.tokenizer
     sampler = None
     if sampling_given(sampling_opts):
-        sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader), ignore_eos)
+        sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader, escape=escape), ignore_eos)
         if not json_output:  # llama-completion's log lines
             click.echo(f"sampler seed: {sampler.seed}", err=True)
             click.echo(f"sampler params: \n{sampler.params.print()}", err=True)

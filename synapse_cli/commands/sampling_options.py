@@ -93,8 +93,9 @@ def sampling_given(opts: dict) -> bool:
         or bool(opts.get("dry_sequence_breaker"))
 
 
-def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg, err=True)):
-    """SamplingParams from the parsed options (`opts`: the command's keyword arguments)."""
+def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg, err=True), escape: bool = True):
+    """SamplingParams from the parsed options (`opts`: the command's keyword arguments); with `escape` the DRY
+    sequence breakers get escape processing, as llama.cpp gives them."""
     from ..sampling import SamplingParams, samplers_from_chars, samplers_from_names
 
     p = SamplingParams()
@@ -144,6 +145,9 @@ def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg
             if b == "none":
                 p.dry_sequence_breakers = []
             else:
+                if escape:
+                    from ..text import process_escapes
+                    b = process_escapes(b)
                 p.dry_sequence_breakers.append(b.encode("utf-8", "surrogateescape"))
     p.logit_bias = [_logit_bias(v) for v in opts.get("logit_bias") or ()]
     p.check()
