@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, MODELS
 
 from tokenizer import load_tokenizer
 
@@ -93,9 +93,11 @@ def test_tokenizer_0_vocab_more(name):
 
 @pytest.mark.parametrize("name", ["ggml-vocab-command-r", "ggml-vocab-qwen35"])
 def test_tokenizer_0_llama_cpp_models(name):
-    gguf = LLAMA_CPP / "models" / f"{name}.gguf"
+    gguf = MODELS / "llama.cpp-vocab" / f"{name}.gguf"  # `make models` takes them from the llama-cpp-python sdist
     if not gguf.exists():
-        pytest.skip(f"{gguf} not found (set LLAMA_CPP_DIR to a llama.cpp 0c1e570 source tree)")
+        gguf = LLAMA_CPP / "models" / f"{name}.gguf"
+    if not gguf.exists():
+        pytest.skip(f"{gguf.name} not found (run `make models`, or set LLAMA_CPP_DIR to a llama.cpp 0c1e570 tree)")
     assert _tokenizer_0(gguf) >= 46
 
 
