@@ -27,17 +27,23 @@ def _synapse(*args, stdin=subprocess.DEVNULL, cwd=None):
 
 @pytest.mark.real
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
-def test_sampled_and_chat_runs_print_llama_completions_stdout(case):
+def test_sampled_and_chat_runs_print_llama_completions_stdout(case, monkeypatch):
     """Every argument list of real/completion (samplers, seeds, -cnv -st -sys, --jinja; and two references made
-    here, tests/reference/completion) run with --llama-batch-order prints llama-completion's exact stdout."""
+    here, tests/reference/completion) run with --llama-batch-order prints llama-completion's exact stdout
+    (in-process; the piped and terminal tests below run the real executable)."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
     rec = json.loads(case.read_text())
     args = list(rec["args"])
     args[args.index("-m") + 1] = str(real_model_path(args[args.index("-m") + 1]))
-    r = _synapse(*args, "--llama-batch-order", cwd=FIXTURES)  # prompt files are relative to the fixtures
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout == rec["stdout"].encode()
+    monkeypatch.chdir(FIXTURES)  # prompt files are relative to the fixtures
+    r = CliRunner().invoke(cli, ["decode", *args, "--llama-batch-order"], input=b"")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout_bytes == rec["stdout"].encode()
     if "--seed" in args:  # the seed is reported as llama.cpp logs it
-        assert f"sampler seed: {args[args.index('--seed') + 1]}" in r.stderr.decode()
+        assert f"sampler seed: {args[args.index('--seed') + 1]}" in r.stderr
 
 
 @pytest.mark.real

@@ -119,27 +119,6 @@ def test_llama_batch_order_reproduces_llama_cpp_exactly(prompt):
     assert out["text"] == rec["text"]
 
 
-@pytest.mark.real
-@pytest.mark.parametrize("case", ["SmolLM2-135M-Instruct.Q4_1__p1_plain__greedy",
-                                  "SmolLM2-135M-Instruct.Q4_1__p1_plain__greedy__fa",
-                                  "qwen2.5-coder-0.5b-instruct-awq-q4_k_m__p2_code__greedy__fa"])
-def test_stdout_is_llama_completions_byte_for_byte(case):
-    """fixtures real/completion: llama-completion's exact stdout for a greedy run (its argument list, with the
-    model and prompt paths filled in; `__fa`: -fa on) equals `synapse decode ARGS --llama-batch-order`'s, byte
-    for byte (prompt echo, text, the closing empty line)."""
-    import subprocess
-    import sys
-
-    rec = json.loads((FIXTURES / "real" / "completion" / f"{case}.json").read_text())
-    args = list(rec["args"])
-    args[args.index("-m") + 1] = str(real_model_path(args[args.index("-m") + 1]))
-    args[args.index("-f") + 1] = str(FIXTURES / args[args.index("-f") + 1])  # paths relative to the fixtures
-    r = subprocess.run([sys.executable, "-m", "synapse_cli", "decode", *args, "--llama-batch-order"],
-                       capture_output=True)
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout == rec["stdout"].encode()
-
-
 @pytest.mark.parametrize("fa", ["on", "auto"])
 def test_flash_attention_prompt_in_any_split_equals_token_by_token(fa):
     """-fa on/auto: the default mode stays batch-invariant (every query row runs ggml's one-row kernel)."""
