@@ -207,8 +207,37 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
 
 
 @jit
-def store(code, cache, x, cells):
-    """SET_ROWS: x (T, Hkv, D) float32 into cells of a cache buffer of type `code` (cell_array)."""
+def _store_f32(cache, x, cells):
+    T, G, D = x.shape
+    for t in range(T):
+        c = cells[t]
+        for g in range(G):
+            for d in range(D):
+                cache[c, g, d] = x[t, g, d]
+
+
+@jit
+def _store_f16(cache, x, cells):
+    T, G, D = x.shape
+    for t in range(T):
+        c = cells[t]
+        for g in range(G):
+            for d in range(D):
+                cache[c, g, d] = f32_to_f16(x[t, g, d])
+
+
+@jit
+def _store_bf16(cache, x, cells):
+    T, G, D = x.shape
+    for t in range(T):
+        c = cells[t]
+        for g in range(G):
+            for d in range(D):
+                cache[c, g, d] = f32_to_bf16(x[t, g, d])
+
+
+@jit
+def _store_quantized(code, cache, x, cells):
     T, G, D = x.shape
     tmp_qs = np.empty((1, 32), np.int8)
     tmp_d16 = np.empty((1, 1), np.uint16)
@@ -216,17 +245,20 @@ def store(code, cache, x, cells):
     for t in range(T):
         c = cells[t]
         for g in range(G):
-            if code == F32:
-                for d in range(D):
-                    cache[c, g, d] = x[t, g, d]
-            elif code == F16:
-                for d in range(D):
-                    cache[c, g, d] = f32_to_f16(x[t, g, d])
-            elif code == BF16:
-                for d in range(D):
-                    cache[c, g, d] = f32_to_bf16(x[t, g, d])
-            else:
-                quantize_row(code, x[t, g], cache[c, g], tmp_qs, tmp_d16, tmp_d)
+            quantize_row(code, x[t, g], cache[c, g], tmp_qs, tmp_d16, tmp_d)
+
+
+def store(code, cache, x, cells):
+    """SET_ROWS: x (T, Hkv, D) float32 into cells of a cache buffer of type `code` (cell_array). One kernel per
+    kind of cell, so that a model compiles only its cache types' conversions (the cold first run)."""
+    if code == F32:
+        _store_f32(cache, x, cells)
+    elif code == F16:
+        _store_f16(cache, x, cells)
+    elif code == BF16:
+        _store_bf16(cache, x, cells)
+    else:
+        _store_quantized(code, cache, x, cells)
 
 
 # ------------------------------------------------------------------------------------------- reading

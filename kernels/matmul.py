@@ -93,8 +93,7 @@ class Weight:
             if kind == "q8_K":
                 self._solo = (gemv1.gemv_many_q8_K, (code, p, 0, p, 0, p, 1), _PF_K)
             else:
-                kern = gemv1.gemv_many_q8_1 if kind == "q8_1" else gemv1.gemv_many_q8_0
-                self._solo = (kern, (code, p, p, p, 1), _PF_Q32)
+                self._solo = (gemv1.Q32_GEMV[kind, code], (p, p, p, 1), _PF_Q32)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -167,10 +166,8 @@ def _gemv_fused(ws, x2, outs):
     if kind == "q8_K":
         c = [w.fused[1] for w in ws] + [0] * (3 - n)
         gemv1.gemv_many_q8_K(c[0], p[0], c[1], p[1], c[2], p[2], n, x2, o[0], o[1], o[2], nt, _PF_K)
-    elif kind == "q8_1":
-        gemv1.gemv_many_q8_1(code, p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
     else:
-        gemv1.gemv_many_q8_0(code, p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
+        gemv1.Q32_GEMV[kind, code](p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
 
 
 def _gemm(w, a, out, llama_order):

@@ -57,13 +57,27 @@ def kernel_cache_is_cold() -> bool:
     return not any(root.glob("kernels_*/norm.*.nbi")) if root.is_dir() else True
 
 
-def warm_up(ctx: Context, show_progress: bool = True) -> None:
-    """Run one token through the model and forget it: compiles (or loads) every kernel once."""
+def warm_up(ctx: Context, show_progress: bool = True, model_path: str | None = None) -> None:
+    """Run one token through the model and forget it: compiles (or loads) every kernel once. On a cold cache a
+    second process compiles the prompt-batch kernels meanwhile (synapse_cli/warm.py), and is waited for."""
+    cold = kernel_cache_is_cold()
+    helper = None
+    if cold and model_path is not None:
+        from .warm import spawn
+
+        helper = spawn(model_path, ctx.n_ctx, ctx.n_ubatch, ctx.cache_type, ctx.cache_type_v,
+                       ctx.batch_invariant, ctx.flash_attn)
+
     def run():
         ctx.decode([0])
         ctx.reset()
+        if helper is not None:
+            try:
+                helper.wait(timeout=600)
+            except Exception:  # noqa: BLE001 (a helper that fails only costs the time it would have saved)
+                helper.kill()
 
-    if kernel_cache_is_cold() and not _progress_enabled(show_progress):
+    if cold and not _progress_enabled(show_progress):
         import os
 
         print(f"synapse: compiling the kernels this model needs (first run only; cached in "
@@ -90,5 +104,5 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,
                   flash_attn=flash_attn)
     if warmup:
-        warm_up(ctx, show_progress)
+        warm_up(ctx, show_progress, model_path)
     return Session(model, ctx, tok, (time.perf_counter() - t0) * 1e3, t0)

@@ -21,9 +21,9 @@ numba caches per file: after editing q32.py / vec_dot_type.py / _simd.py delete 
 module's kernels recompile.
 
 Formats (AVX2 fast path only; others use the generic path in kernels/matmul.py):
-    Q8_1 activations: Q4_1 (code 0), Q5_1 (1)          -> gemv_many_q8_1
-    Q8_0 activations: Q4_0 (0), Q5_0 (1), Q8_0 (2)     -> gemv_many_q8_0
-    Q8_K activations: Q4_K (0), Q6_K (1)               -> gemv_many_q8_K
+    Q8_1 activations: Q4_1, Q5_1                       -> gemv_q4_1, gemv_q5_1 (gemv_many_q8_1)
+    Q8_0 activations: Q4_0, Q5_0, Q8_0                 -> gemv_q4_0, gemv_q5_0, gemv_q8_0 (gemv_many_q8_0)
+    Q8_K activations: Q4_K (code 0), Q6_K (1)          -> gemv_many_q8_K
 Unused weight slots repeat slot 0 with n_w telling how many are real (one compiled signature per kernel).
 """
 
@@ -53,24 +53,6 @@ def _q32_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out
 
 
 @jit
-def _q32_rows(F, VQ8_1, w, g0, g1, qa, yd, ys, asum, asum4, out, pf):
-    """Groups [g0, g1) of 8 rows of one repacked weight (constants as in each format module); asum / asum4:
-    activation sums per block (generic-order Q4_0) / per 4 (x86-order Q5_0, Q8_0)."""
-    if VQ8_1:
-        if F == 0:    # Q4_1
-            _q32_span(w, g0, g1, 160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, qa, yd, ys, asum, out, pf)
-        else:         # Q5_1
-            _q32_span(w, g0, g1, 192 * XS, 32 * XS, 64 * XS, True, 0, q32.LANES_M, False, qa, yd, ys, asum, out, pf)
-    else:
-        if F == 0:    # Q4_0
-            _q32_span(w, g0, g1, 144, -1, 16, False, 8, q32.SUMI_FMA, False, qa, yd, ys, asum, out, pf)
-        elif F == 1:  # Q5_0
-            _q32_span(w, g0, g1, 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, qa, yd, ys, asum4, out, pf)
-        else:         # Q8_0
-            _q32_span(w, g0, g1, 272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, qa, yd, ys, asum4, out, pf)
-
-
-@jit
 def _block_sums_row(qa, asum, scale):
     """as q32.block_sums for one row"""
     n = qa.shape[1] // asum.shape[1]
@@ -82,10 +64,10 @@ def _block_sums_row(qa, asum, scale):
 
 
 @pjit
-def gemv_many_q8_1(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first repacked weights w_i (ceil(N_i/8), nb*GB) of
-    format code F (Q4_1 0, Q5_1 1). nt = chunks = threads (numba.get_num_threads() inside a kernel would make
-    it uncacheable); any nt gives the same bits."""
+def gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first repacked weights w_i (ceil(N_i/8), nb*GB) of one
+    Q8_1-activation format, its layout constants first (see gemv_q4_1, gemv_q5_1). nt = chunks = threads
+    (numba.get_num_threads() inside a kernel would make it uncacheable); any nt gives the same bits."""
     K = x.shape[1]
     nb = K // QK
     qa = np.empty((1, K), np.int8)
@@ -94,20 +76,20 @@ def gemv_many_q8_1(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     s16 = np.empty((1, nb), np.uint16)
     ys = np.empty((1, nb), np.float32)
     asum = np.zeros((1, nb), np.int32)  # unused by Q4_1 / Q5_1 (SUB = 0)
-    asum4 = np.zeros((1, K // 4), np.int32)
     q8_1_x86_row(x, 0, qa, d16, yd, s16, ys)
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _q32_rows(F, True, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, ys, asum, asum4, o0, pf)
-        _q32_rows(F, True, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, ys, asum, asum4, o1, pf)
-        _q32_rows(F, True, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, ys, asum, asum4, o2, pf)
+        _q32_span(w0, c * G0 // nt, (c + 1) * G0 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o0, pf)
+        _q32_span(w1, c * G1 // nt, (c + 1) * G1 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o1, pf)
+        _q32_span(w2, c * G2 // nt, (c + 1) * G2 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o2, pf)
 
 
 @pjit
-def gemv_many_q8_0(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    """As gemv_many_q8_1 for Q8_0 activations, format code F (Q4_0 0, Q5_0 1, Q8_0 2)."""
+def gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    """As gemv_many_q8_1 for Q8_0 activations (gemv_q4_0, gemv_q5_0, gemv_q8_0). SUMS4: the activation sums per
+    4 weights scaled by -SUB (x86-order Q5_0, Q8_0), or 0 for the per-block sums (generic-order Q4_0)."""
     K = x.shape[1]
     nb = K // QK
     qa = np.empty((1, K), np.int8)
@@ -117,14 +99,50 @@ def gemv_many_q8_0(F, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     asum4 = np.empty((1, K // 4), np.int32)
     q8_0_x86_row(x, 0, qa, d16, yd)
     _block_sums_row(qa, asum, 1)                     # Q4_0 (generic order)
-    _block_sums_row(qa, asum4, -16 if F == 1 else -128)  # x86 order: -SUB * lane sums (Q5_0, Q8_0)
+    _block_sums_row(qa, asum4, SUMS4 if SUMS4 != 0 else -128)  # x86 order: -SUB * lane sums (Q5_0, Q8_0)
+    sums = asum4 if SUMS4 != 0 else asum
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _q32_rows(F, False, w0, c * G0 // nt, (c + 1) * G0 // nt, qa, yd, yd, asum, asum4, o0, pf)
-        _q32_rows(F, False, w1, c * G1 // nt, (c + 1) * G1 // nt, qa, yd, yd, asum, asum4, o1, pf)
-        _q32_rows(F, False, w2, c * G2 // nt, (c + 1) * G2 // nt, qa, yd, yd, asum, asum4, o2, pf)
+        _q32_span(w0, c * G0 // nt, (c + 1) * G0 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, yd, sums, o0, pf)
+        _q32_span(w1, c * G1 // nt, (c + 1) * G1 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, yd, sums, o1, pf)
+        _q32_span(w2, c * G2 // nt, (c + 1) * G2 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, yd, sums, o2, pf)
+
+
+# One entry per format, its layout constants (as in each format module) passed down to q32.gemv_group: numba
+# compiles the spans of the formats a model uses, not all five (the cold first run, issue #16). The entries are
+# serial functions that call the parallel kernel (its prange runs as usual).
+
+@jit
+def gemv_q4_1(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    gemv_many_q8_1(160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+
+
+@jit
+def gemv_q5_1(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    gemv_many_q8_1(192 * XS, 32 * XS, 64 * XS, True, 0, q32.LANES_M, False, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+
+
+@jit
+def gemv_q4_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    gemv_many_q8_0(144, -1, 16, False, 8, q32.SUMI_FMA, False, 0, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+
+
+@jit
+def gemv_q5_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    gemv_many_q8_0(176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, -16, w0, w1, w2, n_w, x, o0, o1, o2,
+                   nt, pf)
+
+
+@jit
+def gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    gemv_many_q8_0(272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, -128, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+
+
+# (activation kind, format code) of matmul._FUSED -> the format's entry
+Q32_GEMV = {("q8_1", 0): gemv_q4_1, ("q8_1", 1): gemv_q5_1,
+            ("q8_0", 0): gemv_q4_0, ("q8_0", 1): gemv_q5_0, ("q8_0", 2): gemv_q8_0}
 
 
 # ----------------------------------------------------------------------------------------- K-quants
