@@ -207,33 +207,18 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
 
 
 @jit
-def _store_f32(cache, x, cells):
+def _store_float(code, cache, x, cells):
     T, G, D = x.shape
     for t in range(T):
         c = cells[t]
         for g in range(G):
             for d in range(D):
-                cache[c, g, d] = x[t, g, d]
-
-
-@jit
-def _store_f16(cache, x, cells):
-    T, G, D = x.shape
-    for t in range(T):
-        c = cells[t]
-        for g in range(G):
-            for d in range(D):
-                cache[c, g, d] = f32_to_f16(x[t, g, d])
-
-
-@jit
-def _store_bf16(cache, x, cells):
-    T, G, D = x.shape
-    for t in range(T):
-        c = cells[t]
-        for g in range(G):
-            for d in range(D):
-                cache[c, g, d] = f32_to_bf16(x[t, g, d])
+                if code == F32:
+                    cache[c, g, d] = x[t, g, d]
+                elif code == F16:
+                    cache[c, g, d] = f32_to_f16(x[t, g, d])
+                else:
+                    cache[c, g, d] = f32_to_bf16(x[t, g, d])
 
 
 @jit
@@ -250,13 +235,9 @@ def _store_quantized(code, cache, x, cells):
 
 def store(code, cache, x, cells):
     """SET_ROWS: x (T, Hkv, D) float32 into cells of a cache buffer of type `code` (cell_array). One kernel per
-    kind of cell, so that a model compiles only its cache types' conversions (the cold first run)."""
-    if code == F32:
-        _store_f32(cache, x, cells)
-    elif code == F16:
-        _store_f16(cache, x, cells)
-    elif code == BF16:
-        _store_bf16(cache, x, cells)
+    kind of cell (float, quantized), so that a float cache does not compile the quantizers (the cold first run)."""
+    if code in (F32, F16, BF16):
+        _store_float(code, cache, x, cells)
     else:
         _store_quantized(code, cache, x, cells)
 

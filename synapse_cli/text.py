@@ -72,16 +72,22 @@ def read_prompt(prompt: str | None, file: str | None, escape: bool) -> bytes | N
     if prompt is not None and file is not None:
         raise SynapseError("give either -p/--prompt or -f/--file, not both")
     if file is not None:
-        try:
-            with open(file, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise SynapseError(f"failed to open file '{file}': {e.strerror or e}") from None
-        if data.endswith(b"\n"):
-            data = data[:-1]
+        data = read_text_file(file)
     elif prompt is not None:
         data = os.fsencode(prompt)  # the argv bytes (Python keeps undecodable ones as surrogates)
     else:
         return None
     return process_escapes_bytes(data) if escape else data
 
+
+
+def read_text_file(path: str) -> bytes:
+    """A -f / -sysf file as common/arg.cpp reads it: its bytes, one trailing newline removed."""
+    from kernels.errors import SynapseError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SynapseError(f"failed to open file '{path}': {e.strerror or e}") from None
+    return data[:-1] if data.endswith(b"\n") else data

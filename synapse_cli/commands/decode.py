@@ -118,8 +118,10 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     if conversation:
         if chat_template and chat_template_file:
             raise SynapseError("--chat-template and --chat-template-file are exclusive; give one")
-        if system_prompt_file is not None:
-            system_prompt = _read_system_prompt_file(system_prompt_file)
+        if system_prompt_file is not None:  # -sysf: the file minus one trailing newline
+            from ..text import read_text_file
+
+            system_prompt = read_text_file(system_prompt_file).decode("utf-8", "replace")
 
     from ..generate import Generation, check_prompt, generate
     from ..session import open_session
@@ -194,18 +196,6 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         print(json.dumps(obj, ensure_ascii=False))
     if result.stop == "interrupted":
         sys.exit(130)
-
-
-def _read_system_prompt_file(path: str) -> str:
-    """-sysf: the whole file, one trailing newline removed (common/arg.cpp)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SynapseError(f"-sysf {path}: {e.strerror}") from None
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    return data.decode("utf-8", "replace")
 
 
 def _chat(sess, text: bytes, system_prompt: str, chat_template, chat_template_file, jinja: bool, single_turn: bool,
