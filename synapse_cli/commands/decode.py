@@ -92,7 +92,12 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
             conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file, jinja,
             json_output, **sampling_opts):
-    """Generate text from a prompt as llama-completion does (greedy unless a sampling flag is given)."""
+    """Generate text from a prompt as llama-completion does.
+
+    Where synapse's defaults differ from llama-completion's: without any sampling flag it decodes greedily
+    (llama-completion samples at --temp 0.8 with a random seed; give any sampling flag and all of its defaults
+    apply), and it completes raw text unless -cnv is given (llama-completion starts a chat by itself when the
+    model has a chat template)."""
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
