@@ -251,7 +251,16 @@ def test_thread_count_does_not_change_results():
     assert "BAD []" in p.stdout, p.stdout
 
 
+def _has_avx512() -> bool:
+    from kernels.quants._simd512 import HAS_AVX512
+
+    return HAS_AVX512
+
+
 @pytest.mark.skipif(not HAS_AVX2, reason="no AVX2: the scalar kernels are the only ones")
+@pytest.mark.skipif(not _has_avx512(), reason="no AVX-512 here: the 256-bit kernels are the default ones, which "
+                                               "every other test of this file checks (and recompiling them apart "
+                                               "costs minutes of CI)")
 def test_avx2_kernels_without_avx512_match_reference():
     """The 256-bit kernels a machine without AVX512 runs (SYNAPSE_NO_AVX512=1 selects them here, compiled into
     their own numba cache): gemm and gemv bit-identical to the reference, for the formats whose fast paths
