@@ -1,8 +1,8 @@
-"""Greedy generation over a `Context`: the loop of llama-completion / llama-simple with --temp 0.
+"""Generation over a `Context`: llama-completion's loop for a raw prompt.
 
-`greedy_generate` prefills the prompt, then repeatedly takes the argmax of the last logits (first
-maximum wins, as a strict `>` scan from id 0) and decodes it, until an end-of-generation token, the
-`n_predict` limit, or a full context. It yields each generated id as soon as it is chosen, so a caller
+`generate` prefills the prompt, then repeatedly picks a token, greedily (the argmax of the last logits, the
+first maximum winning, as a strict `>` scan from id 0) or with a `sampling.CommonSampler`, and decodes it,
+until an end-of-generation token, the `n_predict` limit, or a full context. It yields each generated id as soon as it is chosen, so a caller
 can stream text; timings are kept the way `llama_perf_context_print` reports them.
 """
 
@@ -69,12 +69,6 @@ def check_prompt(ctx: Context, prompt_ids: list[int]) -> None:
         raise SynapseError("input is empty")
     if len(prompt_ids) > ctx.n_ctx - 4:
         raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx - 4})")
-
-
-def greedy_generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
-                    ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
-    """Greedy generation (argmax, the first maximum on ties); see `generate`."""
-    return generate(ctx, prompt_ids, n_predict, is_eog, None, ignore_eos, result)
 
 
 def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: bool) -> int:

@@ -42,26 +42,9 @@ def test_fixture_files_present():
 
 @pytest.mark.parametrize("path", JSONL, ids=[p.stem for p in JSONL])
 def test_jsonl_lines(path):
-    tok = tok_for(str(VOCAB_MORE / f"{path.stem}.gguf"))
-    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
-    assert len(lines) == 132
-    bad = []
-    for d in lines:
-        where = (d["case_id"], d["add_special"], d["parse_special"])
-        ids = tok.encode(d["text"], d["add_special"], d["parse_special"])
-        if ids != d["ids"]:
-            bad.append(("ids", where, d["ids"][:12], ids[:12]))
-            continue
-        if [tok.token_to_piece(i, special=True).hex() for i in ids] != d["pieces_hex"]:
-            bad.append(("pieces", where))
-        if [tok.token_to_piece(i, special=False).hex() for i in ids] != d["pieces_nospecial_hex"]:
-            bad.append(("pieces_nospecial", where))
-        for key, exp in d["detok"].items():
-            rs = "remove_special=true" in key
-            us = "unparse_special=true" in key
-            raw = tok.detokenize_bytes(ids, remove_special=rs, unparse_special=us)
-            if raw.hex() != exp["hex"] or tok.detokenize(ids, rs, us) != exp["text"]:
-                bad.append(("detok", where, key))
+    from test_tokenizer_fixtures import jsonl_mismatches
+
+    bad = jsonl_mismatches(tok_for(str(VOCAB_MORE / f"{path.stem}.gguf")), path)
     assert not bad, f"{len(bad)} mismatches: {bad[:4]}"
 
 
@@ -123,10 +106,22 @@ def test_vocabulary_types_and_flags():
 RWKV = Path(__file__).resolve().parent / "reference" / "rwkv"
 
 
-def test_rwkv_ids_equal_llama_tokenize():
+@pytest.fixture(scope="module")
+def rwkv_vocab(tmp_path_factory) -> str:
+    """The vocabulary the references were made with, written again by its script (not committed)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("rwkv") / "ggml-vocab-tiny-rwkv.gguf"
+    subprocess.run([sys.executable, str(RWKV / "make_vocab.py"), str(FIXTURES / "tokenizer" / "texts.json"),
+                    str(out)], check=True, capture_output=True)
+    return str(out)
+
+
+def test_rwkv_ids_equal_llama_tokenize(rwkv_vocab):
     from conftest import FIXTURES as F
 
-    tok = tok_for(str(RWKV / "ggml-vocab-tiny-rwkv.gguf"))
+    tok = tok_for(rwkv_vocab)
     assert tok.vocab.type == "rwkv" and not tok.vocab.add_bos
     texts = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}
     lines = [json.loads(x) for x in (RWKV / "ids.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -137,11 +132,11 @@ def test_rwkv_ids_equal_llama_tokenize():
 
 
 @pytest.mark.parametrize("case", ["multi_script", "emoji", "python_code", "spm_specials"])
-def test_rwkv_pieces_equal_llama_tokenize(case):
+def test_rwkv_pieces_equal_llama_tokenize(case, rwkv_vocab):
     from conftest import FIXTURES as F
     from synapse_cli.commands.tokenize import render_pieces
 
-    tok = tok_for(str(RWKV / "ggml-vocab-tiny-rwkv.gguf"))
+    tok = tok_for(rwkv_vocab)
     text = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}[case]
     assert render_pieces(tok, tok.encode(text, True, True)) == (RWKV / f"pieces__{case}.txt").read_bytes()
 

@@ -7,7 +7,9 @@ fixtures' public texts (the most frequent space-led words and some longer pieces
 longest-match has choices to make. llama arch keys (as the fixtures' tiny-spm vocabulary) make the file
 loadable as vocab only.
 
-    python make_vocab.py ../../../../shared/fixtures/tokenizer/texts.json
+    python make_vocab.py ../../../../shared/fixtures/tokenizer/texts.json [OUT.gguf]
+
+The file is not committed: tests/test_tokenizer_more.py writes it again (gguf-py is a test dependency).
 """
 import collections
 import json
@@ -51,7 +53,7 @@ for b in [bytes([i]) for i in range(256)] + multi:
     seen.add(e)
     tokens.append(e)
     types.append(1)
-w = gguf.GGUFWriter("ggml-vocab-tiny-rwkv.gguf", "llama")
+w = gguf.GGUFWriter(sys.argv[2] if len(sys.argv) > 2 else "ggml-vocab-tiny-rwkv.gguf", "llama")
 w.add_name("tiny-rwkv-vocab")
 w.add_context_length(4096)
 w.add_embedding_length(256)
