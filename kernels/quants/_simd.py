@@ -8,9 +8,10 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
     memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 (any C-contiguous array, byte offset,
                unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, bcast4, prefetch_span
     integer    and8, or8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add32, sub32,
-               mul32, splat*, pair16, qh_lo/qh_hi (Q5 bit expansion), hsum32
+               mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
-               dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without)
+               dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
+               (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI)
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -384,6 +385,24 @@ dpbusd_emulated = _make_dpbusd(False)  # the non-VNNI code path, for tests on VN
 
 
 @intrinsic
+def dpbusd_u7(typingctx, acc, u, s):
+    """dpbusd for u < 128 (the 4- and 5-bit quants): without VNNI vpmaddubsw + vpmaddwd by ones, as ggml's
+    AVX2 kernels; exact, as |u0*s0 + u1*s1| <= 2*127*128 < 2^15 cannot saturate int16."""
+    if acc != V8I32 or u != V32I8 or s != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        if HAS_VNNI:
+            return _dpbusd_ir(builder, args, True)
+        t = V8I32.llvm_type()
+        w16 = ir.VectorType(_i16, 16)
+        p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", w16, [args[1], args[2]])
+        return builder.add(args[0], _call(builder, "llvm.x86.avx2.pmadd.wd", t, [p, ir.Constant(w16, [1] * 16)]))
+
+    return V8I32(acc, u, s), codegen
+
+
+@intrinsic
 def bcast4(typingctx, arr, offset):
     """The 4 bytes at `offset` repeated 8 times (<32 x i8>): one activation group against 8 interleaved rows."""
     if not (_is_array(arr) and isinstance(offset, types.Integer)):
@@ -411,32 +430,22 @@ def load8_f16(typingctx, arr, offset):
     return V8F32(arr, offset), codegen
 
 
-def _make_qh_expand(shift_base: int):
-    @intrinsic
-    def expand(typingctx, v, j):
-        """Q5 high bits of chunk j for 8 interleaved rows: byte j of each 4-byte lane holds the bits of that
-        row's elements (low nibble: 4j..4j+3, high nibble: 16+4j..16+4j+3); returns 16 in byte k of lane r
-        when the bit for element k of the chunk (low or high half, per variant) is set, else 0."""
-        if v != V32I8 or not isinstance(j, types.Integer):
-            return None
+@intrinsic
+def q5_bits(typingctx, h, j):
+    """The Q5 fifth bits of AVX lane j for 8 interleaved rows, as 16 or 0 in each byte: in the 8-row layout
+    (q32.repack) byte 4r + k of h holds, in bit j, the fifth bit of row r's element 4j + k, so lane j's bits
+    are ((h >> j) << 4) & 16 - 16-bit shifts, exact per byte for j < 8 (callers OR the result into the nibbles)."""
+    if h != V32I8 or not isinstance(j, types.Integer):
+        return None
 
-        def codegen(context, builder, sig, args):
-            v32 = builder.bitcast(args[0], ir.VectorType(_i32, 8))
-            sh = builder.mul(context.cast(builder, args[1], sig.args[1], types.int32), ir.Constant(_i32, 8))
-            v32 = builder.lshr(v32, _splat(builder, sh, ir.VectorType(_i32, 8)))
-            b = builder.bitcast(v32, V32I8.llvm_type())
-            rep = builder.shuffle_vector(b, b, ir.Constant(ir.VectorType(_i32, 32), [4 * (k // 4) for k in range(32)]))
-            bits = builder.and_(rep, ir.Constant(V32I8.llvm_type(), [1 << (shift_base + k % 4) for k in range(32)]))
-            nz = builder.icmp_unsigned("!=", bits, ir.Constant(V32I8.llvm_type(), None))
-            return builder.select(nz, ir.Constant(V32I8.llvm_type(), [16] * 32), ir.Constant(V32I8.llvm_type(), None))
+    def codegen(context, builder, sig, args):
+        w16 = ir.VectorType(_i16, 16)
+        v = builder.bitcast(args[0], w16)
+        jj = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), w16)
+        v = builder.shl(builder.lshr(v, jj), ir.Constant(w16, [4] * 16))
+        return builder.and_(builder.bitcast(v, V32I8.llvm_type()), ir.Constant(V32I8.llvm_type(), [16] * 32))
 
-        return V32I8(v, j), codegen
-
-    return expand
-
-
-qh_lo = _make_qh_expand(0)
-qh_hi = _make_qh_expand(4)
+    return V32I8(h, j), codegen
 
 
 # ------------------------------------------------------------------------------------------------ conversion

@@ -12,8 +12,8 @@ the 8 raw blocks):
 
     [0:16)          d of the 8 rows, fp16
     [16:32)         m of the 8 rows, fp16                       (Q4_1, Q5_1)
-    [QH:QH+32)      Q5 fifth bits: byte j of row r's 4-byte lane = bits of elements 4j..4j+3 (low nibble)
-                    and 16+4j..16+4j+3 (high nibble)            (Q5_0, Q5_1; 16-row groups: see below)
+    [QH:QH+32)      Q5 fifth bits: byte k of row r's 4 bytes, bit j = element 4j+k's fifth bit, the bit of
+                    AVX lane j's byte k (_simd.q5_bits)         (Q5_0, Q5_1; 16-row groups: see below)
     [QS:QS+128)     4-bit formats: 4 chunks of 32 bytes, chunk j = raw qs bytes 4j..4j+3 of rows 0..7
                     (low nibbles: elements 4j..4j+3, high nibbles: 16+4j..16+4j+3)
     [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned)
@@ -60,8 +60,8 @@ from .base import empty_aligned
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                        load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
                        zero16f, zero16x32)
-from ._simd import (and8, bcast4, cvt_f32, dpbusd, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
-                    prefetch_span, qh_hi, qh_lo, splat32, splat8, splatf, srl16, store8xf32,
+from ._simd import (and8, bcast4, cvt_f32, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
+                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32,
                     sub32, zero32, zerof)
 
 QK = 32
@@ -105,11 +105,12 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
                                 out[g, q + QH + 8 * j + r // 2] = np.uint8(nib)
                             else:
                                 out[g, q + QH + 8 * j + r // 2] |= np.uint8(nib << np.uint32(4))
-                    else:
-                        for j in range(4):
-                            lo = (qh >> np.uint32(4 * j)) & np.uint32(15)
-                            hi = (qh >> np.uint32(16 + 4 * j)) & np.uint32(15)
-                            out[g, q + QH + 4 * r + j] = np.uint8(lo | (hi << np.uint32(4)))
+                    else:  # byte 4r + k, bit j = fifth bit of element 4j + k (lane j; see _simd.q5_bits)
+                        for k in range(4):
+                            v = np.uint32(0)
+                            for j in range(8):
+                                v |= ((qh >> np.uint32(4 * j + k)) & np.uint32(1)) << np.uint32(j)
+                            out[g, q + QH + 4 * r + k] = np.uint8(v)
                 if Q8:
                     for j in range(8):
                         for k in range(4):
@@ -150,11 +151,17 @@ def _block_sumi(w, o, qa, oa, QH, QS, Q8, m0f):
             hi = and8(srl16(v, 4), m0f)
             if QH >= 0:
                 h = load32(w, o + QH)
-                lo = or8(lo, qh_lo(h, j))
-                hi = or8(hi, qh_hi(h, j))
-            acc = dpbusd(acc, lo, bcast4(qa, oa + 4 * j))
-            acc = dpbusd(acc, hi, bcast4(qa, oa + 16 + 4 * j))
+                lo = or8(lo, q5_bits(h, j))
+                hi = or8(hi, q5_bits(h, j + 4))
+            acc = dpbusd_u7(acc, lo, bcast4(qa, oa + 4 * j))
+            acc = dpbusd_u7(acc, hi, bcast4(qa, oa + 16 + 4 * j))
     return acc
+
+
+@jit
+def _dp(acc, u, s, Q8):
+    """dpbusd of stored quants: Q8's are q + 128 (up to 255), the 4- and 5-bit ones below 128."""
+    return dpbusd(acc, u, s) if Q8 else dpbusd_u7(acc, u, s)
 
 
 @jit
@@ -169,21 +176,17 @@ def _combine(sumf, acc, SUB, asum_tb, w, o, dy):
 
 
 @jit
-def _lane(w, o, j, qa, oa, QH, QS, Q8, SUB, a4, m0f):
-    """int32 vector, lane r = row r's AVX lane j of the block at o: sum over elements 4j..4j+3."""
+def _lane(w, o, j, qa, oa, h, QH, QS, Q8, SUB, a4, m0f):
+    """int32 vector, lane r = row r's AVX lane j of the block at o: sum over elements 4j..4j+3 (h: the
+    block's Q5 bits). No array access under `if QH`: there numba would refcount `w` in the loop (Q5_0 gemm
+    6 -> see RESULTS.md)."""
     if Q8:
-        q = load32(w, o + QS + 32 * j)
-    else:
-        c = load32(w, o + QS + 32 * (j % 4))
-        if j < 4:
-            q = and8(c, m0f)
-            if QH >= 0:
-                q = or8(q, qh_lo(load32(w, o + QH), j))
-        else:
-            q = and8(srl16(c, 4), m0f)
-            if QH >= 0:
-                q = or8(q, qh_hi(load32(w, o + QH), j - 4))
-    return dpbusd(splat32(a4) if SUB != 0 else zero32(), q, bcast4(qa, oa + 4 * j))
+        return dpbusd(splat32(a4) if SUB != 0 else zero32(), load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j))
+    c = load32(w, o + QS + 32 * (j % 4))
+    q = and8(c, m0f) if j < 4 else and8(srl16(c, 4), m0f)
+    if QH >= 0:
+        q = or8(q, q5_bits(h, j))
+    return dpbusd_u7(splat32(a4) if SUB != 0 else zero32(), q, bcast4(qa, oa + 4 * j))
 
 
 @jit
@@ -207,14 +210,15 @@ def rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f):
         d = fmul(load8_f16(w, o), splatf(yd[t, b]))
         if HAS_M:
             summs = ffma(load8_f16(w, o + 16), splatf(ys[t, b]), summs)
-        A0 = ffma(d, cvt_f32(_lane(w, o, 0, qa, oa, QH, QS, Q8, SUB, asum[t, a], m0f)), A0)
-        A1 = ffma(d, cvt_f32(_lane(w, o, 1, qa, oa, QH, QS, Q8, SUB, asum[t, a + 1], m0f)), A1)
-        A2 = ffma(d, cvt_f32(_lane(w, o, 2, qa, oa, QH, QS, Q8, SUB, asum[t, a + 2], m0f)), A2)
-        A3 = ffma(d, cvt_f32(_lane(w, o, 3, qa, oa, QH, QS, Q8, SUB, asum[t, a + 3], m0f)), A3)
-        A4 = ffma(d, cvt_f32(_lane(w, o, 4, qa, oa, QH, QS, Q8, SUB, asum[t, a + 4], m0f)), A4)
-        A5 = ffma(d, cvt_f32(_lane(w, o, 5, qa, oa, QH, QS, Q8, SUB, asum[t, a + 5], m0f)), A5)
-        A6 = ffma(d, cvt_f32(_lane(w, o, 6, qa, oa, QH, QS, Q8, SUB, asum[t, a + 6], m0f)), A6)
-        A7 = ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, QH, QS, Q8, SUB, asum[t, a + 7], m0f)), A7)
+        h = load32(w, o + max(QH, 0))  # (the d bytes when there are no Q5 bits; unused then)
+        A0 = ffma(d, cvt_f32(_lane(w, o, 0, qa, oa, h, QH, QS, Q8, SUB, asum[t, a], m0f)), A0)
+        A1 = ffma(d, cvt_f32(_lane(w, o, 1, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 1], m0f)), A1)
+        A2 = ffma(d, cvt_f32(_lane(w, o, 2, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 2], m0f)), A2)
+        A3 = ffma(d, cvt_f32(_lane(w, o, 3, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 3], m0f)), A3)
+        A4 = ffma(d, cvt_f32(_lane(w, o, 4, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 4], m0f)), A4)
+        A5 = ffma(d, cvt_f32(_lane(w, o, 5, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 5], m0f)), A5)
+        A6 = ffma(d, cvt_f32(_lane(w, o, 6, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 6], m0f)), A6)
+        A7 = ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 7], m0f)), A7)
     # hsum_float_8: (a4 + a0) + (a6 + a2), (a5 + a1) + (a7 + a3), then their sum
     s = fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))
     if HAS_M:
@@ -495,14 +499,14 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                 v7 = and8(srl16(c3, 4), m0f)
                 if QH >= 0:
                     h = load32(w, o + QH)
-                    v0 = or8(v0, qh_lo(h, 0))
-                    v1 = or8(v1, qh_lo(h, 1))
-                    v2 = or8(v2, qh_lo(h, 2))
-                    v3 = or8(v3, qh_lo(h, 3))
-                    v4 = or8(v4, qh_hi(h, 0))
-                    v5 = or8(v5, qh_hi(h, 1))
-                    v6 = or8(v6, qh_hi(h, 2))
-                    v7 = or8(v7, qh_hi(h, 3))
+                    v0 = or8(v0, q5_bits(h, 0))
+                    v1 = or8(v1, q5_bits(h, 1))
+                    v2 = or8(v2, q5_bits(h, 2))
+                    v3 = or8(v3, q5_bits(h, 3))
+                    v4 = or8(v4, q5_bits(h, 4))
+                    v5 = or8(v5, q5_bits(h, 5))
+                    v6 = or8(v6, q5_bits(h, 6))
+                    v7 = or8(v7, q5_bits(h, 7))
             for t in range(t0, t1):
                 oa = t * K + QK * b
                 # Q8_0: v_j = elements 4j..4j+3; 4-bit: v0..v3 = 4j..4j+3, v4..v7 = 16+4j..: same offsets
@@ -514,14 +518,14 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                 a5 = bcast4(qa, oa + 20)
                 a6 = bcast4(qa, oa + 24)
                 a7 = bcast4(qa, oa + 28)
-                acc = dpbusd(zero32(), v0, a0)
-                acc = dpbusd(acc, v1, a1)
-                acc = dpbusd(acc, v2, a2)
-                acc = dpbusd(acc, v3, a3)
-                acc = dpbusd(acc, v4, a4)
-                acc = dpbusd(acc, v5, a5)
-                acc = dpbusd(acc, v6, a6)
-                acc = dpbusd(acc, v7, a7)
+                acc = _dp(zero32(), v0, a0, Q8)
+                acc = _dp(acc, v1, a1, Q8)
+                acc = _dp(acc, v2, a2, Q8)
+                acc = _dp(acc, v3, a3, Q8)
+                acc = _dp(acc, v4, a4, Q8)
+                acc = _dp(acc, v5, a5, Q8)
+                acc = _dp(acc, v6, a6, Q8)
+                acc = _dp(acc, v7, a7, Q8)
                 so = 4 * G * (gi * TOK_TILE + t - t0)
                 s = _combine(load8xf32(sums, so), acc, SUB, asum[t, b], w, o, yd[t, b])
                 store8xf32(sums, so, s)
