@@ -215,6 +215,35 @@ def test_dpbusd_with_and_without_vnni_is_exact():
     assert np.array_equal(out[1], expect.astype(np.float32))
 
 
+def test_small_operand_dot_products_are_exact():
+    """dpbusd_u7 (4/5-bit quants: u < 128) and dpbssd_sign (signed Q8 x Q8 activations in [-127, 127]) give the
+    exact 4-byte-group sums at their extremes: u = 127 or q = -128 against a = +-127 (vpmaddubsw's int16 pair
+    sums at their largest, 2 * 128 * 127)."""
+    from kernels.config import jit
+    from kernels.quants import _simd as S
+    if not S.HAS_AVX2:
+        pytest.skip("no AVX2")
+
+    @jit
+    def both(u, q, a, out):
+        for i in range(u.shape[0] // 32):
+            x = S.dpbusd_u7(S.splat32(-5), S.load32(u, 32 * i), S.load32(a, 32 * i))
+            y = S.dpbssd_sign(S.splat32(-5), S.load32(q, 32 * i), S.load32(a, 32 * i))
+            S.store8xf32(out, 4 * (8 * i), S.cvt_f32(x))
+            S.store8xf32(out, 4 * (out.shape[1] + 8 * i), S.cvt_f32(y))
+
+    rng = np.random.default_rng(4)
+    u = rng.integers(0, 128, 256).astype(np.uint8)
+    q = rng.integers(-128, 128, 256).astype(np.int8)
+    a = rng.integers(-127, 128, 256).astype(np.int8)
+    u[:32], q[:32], a[:32] = 127, -128, -127
+    u[32:64], q[32:64], a[32:64] = 127, -128, 127
+    out = np.zeros((2, 64), np.float32)
+    both(u, q, a, out)
+    assert np.array_equal(out[0], ((u.astype(np.int64) * a).reshape(64, 4).sum(axis=1) - 5).astype(np.float32))
+    assert np.array_equal(out[1], ((q.astype(np.int64) * a).reshape(64, 4).sum(axis=1) - 5).astype(np.float32))
+
+
 def test_thread_count_does_not_change_results():
     """1, 2 and 3 threads give bit-identical gemv and gemm for every type (subprocess: the thread pool size
     is fixed when numba starts)."""

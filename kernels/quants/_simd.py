@@ -11,7 +11,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
-               (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI)
+               (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed)
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -382,6 +382,26 @@ def _make_dpbusd(vnni_flag):
 
 dpbusd = _make_dpbusd(None)
 dpbusd_emulated = _make_dpbusd(False)  # the non-VNNI code path, for tests on VNNI machines
+
+
+@intrinsic
+def dpbssd_sign(typingctx, acc, q, a):
+    """acc + (sum of the 4 products q8 x a8 of each 4-byte group), both signed, by ggml's AVX2 sign trick:
+    vpmaddubsw(|q|, sign(a, q)) + vpmaddwd by ones. Exact when a != -128 (ggml's Q8 activations are rounded
+    into [-127, 127]): then |pair sum| <= 2*128*127 < 2^15."""
+    if acc != V8I32 or q != V32I8 or a != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        t = V8I32.llvm_type()
+        w16 = ir.VectorType(_i16, 16)
+        zero = ir.Constant(V32I8.llvm_type(), None)
+        qabs = builder.select(builder.icmp_signed("<", args[1], zero), builder.sub(zero, args[1]), args[1])
+        sa = _call(builder, "llvm.x86.avx2.psign.b", V32I8.llvm_type(), [args[2], args[1]])
+        p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", w16, [qabs, sa])
+        return builder.add(args[0], _call(builder, "llvm.x86.avx2.pmadd.wd", t, [p, ir.Constant(w16, [1] * 16)]))
+
+    return V8I32(acc, q, a), codegen
 
 
 @intrinsic

@@ -137,7 +137,7 @@ def gemv_q5_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
 
 @jit
 def gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_0(272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, -128, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+    gemv_many_q8_0(272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, -q32.Q8_SUB, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
 
 
 # (activation kind, format code) of matmul._FUSED -> the format's entry

@@ -60,7 +60,7 @@ from .base import empty_aligned
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                        load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
                        zero16f, zero16x32)
-from ._simd import (and8, bcast4, cvt_f32, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
+from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
                     prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32,
                     sub32, zero32, zerof)
 
@@ -73,6 +73,10 @@ SUMI_FMA = 6  # one int32 sum per block and row, sumf = fma(sumi, dx*dy, sumf) (
 G = 8  # rows per interleaved group (generic modes)
 XG = 16 if HAS_VNNI512 else 8  # rows per group in the x86 modes: one zmm (AVX512-VNNI) or ymm per lane
 XS = XG // G  # the x86 modes' layout constants are the 8-row ones times XS
+# Q8_0's quants: stored q + 128 for vpdpbusd (unsigned x signed, SUB = 128); without VNNI, in 8-row groups,
+# stored as they are and multiplied by ggml's AVX2 sign trick (_simd.dpbssd_sign), SUB = 0
+Q8_SIGNED = XG == 8 and not HAS_VNNI
+Q8_SUB = 0 if Q8_SIGNED else 128
 
 
 # ----------------------------------------------------------------------------------------- repack
@@ -114,7 +118,8 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
                 if Q8:
                     for j in range(8):
                         for k in range(4):
-                            out[g, q + QS + 4 * R * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k] ^ np.uint8(0x80)
+                            out[g, q + QS + 4 * R * j + 4 * r + k] = row[o + QS_RAW + 4 * j + k] ^ np.uint8(
+                                0 if Q8_SIGNED else 0x80)
                 else:
                     for j in range(4):
                         for k in range(4):
@@ -143,7 +148,7 @@ def _block_sumi(w, o, qa, oa, QH, QS, Q8, m0f):
     acc = zero32()
     if Q8:
         for j in range(8):
-            acc = dpbusd(acc, load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j))
+            acc = _dp(acc, load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j), Q8)
     else:
         for j in range(4):
             v = load32(w, o + QS + 32 * j)
@@ -160,8 +165,10 @@ def _block_sumi(w, o, qa, oa, QH, QS, Q8, m0f):
 
 @jit
 def _dp(acc, u, s, Q8):
-    """dpbusd of stored quants: Q8's are q + 128 (up to 255), the 4- and 5-bit ones below 128."""
-    return dpbusd(acc, u, s) if Q8 else dpbusd_u7(acc, u, s)
+    """dpbusd of stored quants: Q8's are q + 128 (up to 255) or signed (Q8_SIGNED), the 4- and 5-bit ones below 128."""
+    if Q8:
+        return dpbssd_sign(acc, u, s) if Q8_SIGNED else dpbusd(acc, u, s)
+    return dpbusd_u7(acc, u, s)
 
 
 @jit
@@ -181,7 +188,7 @@ def _lane(w, o, j, qa, oa, h, QH, QS, Q8, SUB, a4, m0f):
     block's Q5 bits). No array access under `if QH`: there numba would refcount `w` in the loop (Q5_0 gemm
     6 -> see RESULTS.md)."""
     if Q8:
-        return dpbusd(splat32(a4) if SUB != 0 else zero32(), load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j))
+        return _dp(splat32(a4) if SUB != 0 else zero32(), load32(w, o + QS + 32 * j), bcast4(qa, oa + 4 * j), Q8)
     c = load32(w, o + QS + 32 * (j % 4))
     q = and8(c, m0f) if j < 4 else and8(srl16(c, 4), m0f)
     if QH >= 0:

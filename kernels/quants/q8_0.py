@@ -68,7 +68,7 @@ def _mm_scalar(packed, a, out):
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
-# GB=272 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=128, MODE=LANES (x86 order), Q8=True
+# GB=272 bytes per group-block, QH=-1, QS=16, HAS_M=False, SUB=q32.Q8_SUB, MODE=LANES (x86 order), Q8=True
 
 XS = q32.XS  # x86 order: groups of q32.XG rows, layout constants of 8-row groups times XS
 
@@ -80,17 +80,17 @@ def _pack_fast(raw, K):
 @pjit
 def _gemv(w, qa, yd, ys, asum, out):
     for g in prange(w.shape[0]):
-        q32.gemv_group(w, g, 272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, qa, yd, ys, asum, out, q32.GEMV_PF)
+        q32.gemv_group(w, g, 272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, qa, yd, ys, asum, out, q32.GEMV_PF)
 
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
     for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
-        q32.gemm_tile(w, tile, 272 * XS, -1, 16 * XS, False, 128, q32.LANES, True, qa, yd, ys, asum, out)
+        q32.gemm_tile(w, tile, 272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, qa, yd, ys, asum, out)
 
 
 def _mm_fast(packed, a, out):
-    q32.matmul_fast(_gemv, _gemm, 128, packed, a, out, lanes=True)
+    q32.matmul_fast(_gemv, _gemm, q32.Q8_SUB, packed, a, out, lanes=True)
 
 
 _mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
