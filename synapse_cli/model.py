@@ -180,6 +180,7 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
     return dequantize(t.ggml_type, t.data, t.n_elements)
 
 
+SINGLE_TOKEN_BATCH_MAX = 32  # the longest batch Context.single_token_batches decodes token by token
 CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
 
 
@@ -264,6 +265,8 @@ class Context:
         # single-token orders always: prefill in any split equals token-by-token decoding bit for bit.
         # batch_invariant=False follows llama.cpp's choices (eval-callback uses it to line up with logs).
         self.batch_invariant = batch_invariant
+        # decode short batches token by token (set on a cold kernel cache, batch-invariant order only)
+        self.single_token_batches = False
         # flash attention: llama.cpp's FLASH_ATTN_EXT graph (kernels/flash_attn.py), whose V cache is not
         # transposed; off: the soft_max graph (kernels/attention.py)
         self.flash_attn = flash_attn
@@ -332,6 +335,8 @@ class Context:
         n = len(tokens)
         if n == 0:
             raise ModelError("decode: empty batch")
+        if self.single_token_batches and 1 < n <= SINGLE_TOKEN_BATCH_MAX and trace is None:
+            return self._decode_token_by_token(tokens, all_logits, n_outputs)
         if n > self.n_batch:
             raise ModelError(f"decode: batch of {n} tokens exceeds n_batch {self.n_batch}")
         if self.n_past + n > self.n_ctx:
@@ -354,21 +359,29 @@ class Context:
             return np.concatenate(outs, axis=0) if outs else np.empty((0, self.hp.n_vocab), np.float32)
         return outs[-1][-1]
 
-    def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None):
-        """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
+    def _decode_token_by_token(self, tokens, all_logits: bool, n_outputs: int | None) -> np.ndarray:
+        """decode() of a short batch one token at a time: the same bits in the batch-invariant order (synapse's
+        contract), through the single-token kernels only - a first run on a cold kernel cache uses it instead
+        of compiling the batch kernels (synapse_cli/session.warm_up)."""
+        n = len(tokens)
+        rows = []
+        for i in range(n):
+            wanted = all_logits or (i == n - 1 if n_outputs is None else i >= n - n_outputs)
+            r = self.decode(tokens[i:i + 1], n_outputs=1 if wanted else 0)
+            if wanted:
+                rows.append(r)
+        if all_logits or n_outputs is not None:
+            return np.concatenate(rows, axis=0) if rows else np.empty((0, self.hp.n_vocab), np.float32)
+        return rows[-1][-1]
 
-        want: "all" (logits of every token), an int n (the last n tokens), "last" (only the last token goes through the last
-        layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only). With a trace
-        hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py).
-        """
+    def _graph_ops(self, T: int, trace: TraceHook | None):
+        """The operations of one graph evaluation of T tokens at positions n_past.. (traced with a hook)."""
         from kernels.attention import n_kv_padded
         from kernels.rope import rope_yarn_corr_dims
 
         from .graph_ops import GraphOps, TracedGraphOps
 
         m, hp = self.model, self.hp
-        T = len(tokens)
-        H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
         pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence: cell i = position i
         n_used = self.n_past + T
         n_kv = n_kv_padded(n_used, self.n_ctx)  # attended cells, as llama_kv_cache::get_n_kv
@@ -379,11 +392,48 @@ class Context:
         temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None  # (T,) mistral3
         args = (self, T, pos, n_used, n_kv, rope_args, temp)
         if trace is None:
-            ops = GraphOps(*args)
-        else:
-            from .graph_trace import GraphTrace
+            return GraphOps(*args)
+        from .graph_trace import GraphTrace
 
-            ops = TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
+        return TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
+
+    def warm_steps(self) -> list[Callable[[], None]]:
+        """A one-token graph cut into its operations, layer by layer in graph order, on scratch buffers: the
+        cold-cache helper process (synapse_cli/warm.py) runs them last to first, so that it compiles the kernels
+        the main process's warm-up reaches last. The results mean nothing (call reset() after)."""
+        m, hp = self.model, self.hp
+        H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
+        ops = self._graph_ops(1, None)
+        x, cur, a, fi, fo = (np.zeros((1, E), np.float32) for _ in range(5))
+        q, k, v, kqv = (np.zeros((1, n * D), np.float32) for n in (H, Hkv, Hkv, H))
+        q_r, k_r = np.zeros((1, H, D), np.float32), np.zeros((1, Hkv, D), np.float32)
+        gate, up = np.zeros((1, F), np.float32), np.zeros((1, F), np.float32)
+        logits = np.zeros((1, hp.n_vocab), np.float32)
+        steps = [lambda: ops.embd(np.zeros(1, np.int32), x)]
+        for il, L in enumerate(m.layers):
+            steps += [lambda L=L: ops.norm(x, L.attn_norm, cur, ("", ""), ""),
+                      lambda il=il, L=L: ops.qkv(il, L, cur, q, k, v, q_r, k_r),
+                      lambda il=il: ops.attention(il, q_r, k_r, v.reshape(1, Hkv, D), kqv),
+                      lambda il=il, L=L: ops.attn_out(il, L, kqv, a),
+                      lambda: ops.add("", a, x, fi),
+                      lambda L=L: ops.norm(fi, L.ffn_norm, cur, ("", ""), ""),
+                      lambda il=il, L=L: ops.gate_up(il, L, cur, gate, up),
+                      lambda il=il: ops.swiglu(il, gate, up),
+                      lambda il=il, L=L: ops.ffn_down(il, L, gate, fo)]
+        steps += [lambda: ops.norm(x, m.output_norm, cur, ("", ""), ""), lambda: ops.logits(cur, logits)]
+        return steps
+
+    def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None):
+        """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
+
+        want: "all" (logits of every token), an int n (the last n tokens), "last" (only the last token goes through the last
+        layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only). With a trace
+        hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py).
+        """
+        m, hp = self.model, self.hp
+        T = len(tokens)
+        H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
+        ops = self._graph_ops(T, trace)
 
         x = np.empty((T, E), dtype=np.float32)  # (T, n_embd) residual stream
         cur = np.empty((T, E), dtype=np.float32)  # normed input of the current block

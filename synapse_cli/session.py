@@ -57,31 +57,26 @@ def kernel_cache_is_cold() -> bool:
     return not any(root.glob("kernels_*/norm.*.nbi")) if root.is_dir() else True
 
 
-def warm_up(ctx: Context, show_progress: bool = True, model_path: str | None = None) -> None:
-    """Run one token through the model and forget it: compiles (or loads) every kernel once. On a cold cache a
-    second process compiles the prompt-batch kernels meanwhile (synapse_cli/warm.py), and is waited for."""
-    cold = kernel_cache_is_cold()
-    helper = None
-    if cold and model_path is not None:
-        from .warm import spawn
-
-        helper = spawn(model_path, ctx.n_ctx, ctx.n_ubatch, ctx.cache_type, ctx.cache_type_v,
-                       ctx.batch_invariant, ctx.flash_attn)
+def warm_up(ctx: Context, show_progress: bool = True, helper=None, batch_pending: bool = False) -> None:
+    """Run one token through the model and forget it: compiles (or loads) every kernel once. `helper`: the
+    cold-cache warm-up process (synapse_cli/warm.py) started with the model load: in the batch-invariant
+    order it compiles the single-token kernels from the graph's end meanwhile, and while the batch kernels are
+    pending (batch_pending: it, or an earlier run's helper, compiles them for later runs) short batches are
+    decoded token by token; in llama.cpp's batch order it compiles the batch kernels, and is waited for."""
 
     def run():
         ctx.decode([0])
         ctx.reset()
-        if helper is not None:
-            try:
-                helper.wait(timeout=600)
-            except Exception:  # noqa: BLE001 (a helper that fails only costs the time it would have saved)
-                helper.kill()
+        if ctx.batch_invariant:
+            ctx.single_token_batches = batch_pending
+            return
+        if helper is None:
+            return
+        try:
+            helper.wait(timeout=600)
+        except Exception:  # noqa: BLE001 (a helper that fails only costs the time it would have saved)
+            helper.kill()
 
-    if cold and not _progress_enabled(show_progress):
-        import os
-
-        print(f"synapse: compiling the kernels this model needs (first run only; cached in "
-              f"{os.environ.get('NUMBA_CACHE_DIR')})", file=sys.stderr, flush=True)
     if not _progress_enabled(show_progress):
         run()
         return
@@ -91,6 +86,22 @@ def warm_up(ctx: Context, show_progress: bool = True, model_path: str | None = N
         run()
 
 
+def _start_cold_helper(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k: str, cache_type_v: str,
+                       batch_invariant: bool, flash_attn: bool, show_progress: bool):
+    """Before the model loads: the warm-up process for a model and settings not yet warmed up (synapse_cli/warm.py),
+    and whether the batch kernels may still be missing. A cold cache is said on stderr (one line, also to a log
+    file)."""
+    import os
+
+    from .warm import start
+
+    cold = kernel_cache_is_cold()
+    if cold and not _progress_enabled(show_progress):
+        print(f"synapse: compiling the kernels this model needs (first run only; cached in "
+              f"{os.environ.get('NUMBA_CACHE_DIR')})", file=sys.stderr, flush=True)
+    return start(model_path, n_ctx, n_ubatch, cache_type_k, cache_type_v, batch_invariant, flash_attn, cold)
+
+
 def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubatch: int = 512,
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
@@ -98,11 +109,13 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
+    helper, batch_pending = (_start_cold_helper(model_path, n_ctx, n_ubatch, cache_type_k, cache_type_v,
+                                                batch_invariant, flash_attn, show_progress) if warmup else (None, False))
     model = load_model(model_path, show_progress)
     tok = load_tokenizer(model.reader)
     ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,
                   flash_attn=flash_attn)
     if warmup:
-        warm_up(ctx, show_progress, model_path)
+        warm_up(ctx, show_progress, helper, batch_pending)
     return Session(model, ctx, tok, (time.perf_counter() - t0) * 1e3, t0)

@@ -1,32 +1,77 @@
-"""The prompt-batch half of a cold first run's kernel compilation, in a second process.
+"""The other half of a cold first run's kernel compilation, in a second process.
 
-On a first run (empty kernel cache) `session.warm_up` decodes one token to compile the single-token kernels;
-the first prompt then compiles the batch kernels (gemm, batched attention). Compilation is single-threaded, so
-while the main process compiles the first half, this process (`python -m synapse_cli.warm ...`) opens the same
-model and context settings and decodes a 16-token batch, which compiles the second half into the shared
-numba cache; the main process then loads it from there. Nothing it computes is used.
+Compilation is single-threaded, and a first run (empty kernel cache) compiles every kernel the model uses. So
+`session.open_session` starts this process (`python -m synapse_cli.warm ...`) before it loads the model: it
+opens the same model and context settings and
+
+  * in the batch-invariant order (the default): runs the one-token graph's operations last to first
+    (Context.warm_steps), compiling into the shared numba cache the single-token kernels the main process's
+    warm-up reaches last, which then loads them from there; then, at the lowest CPU priority, a 16-token
+    batch, which compiles the batch kernels for the next runs (the main process decodes short prompts token by
+    token meanwhile: the same bits, Context.single_token_batches) - this part may outlive the main process;
+  * with --llama-batch-order (whose batches must use the batch kernels): the 16-token batch only, which the
+    main process waits for.
+
+Nothing it computes is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
-def spawn(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k: str, cache_type_v: str,
-          batch_invariant: bool, flash_attn: bool) -> subprocess.Popen | None:
-    """Start the batch warm-up process (None if it cannot start)."""
-    args = [sys.executable, "-m", "synapse_cli.warm", model_path, "--n-ctx", str(min(n_ctx, 512) or 512),
-            "--n-ubatch", str(n_ubatch), "--ctk", cache_type_k, "--ctv", cache_type_v,
-            "--batch-invariant", str(int(batch_invariant)), "--flash-attn", str(int(flash_attn))]
+def _marker(model_path: str, settings: list[str]) -> Path:
+    """This model file and these settings' marker stem in the kernel cache folder: `.done` once a warm-up
+    process has compiled everything, `.pid` while one runs."""
+    import kernels.config  # noqa: F401  (sets NUMBA_CACHE_DIR)
+
+    st = os.stat(model_path)
+    key = "\0".join([os.path.realpath(model_path), str(st.st_size), str(st.st_mtime_ns), *settings])
+    root = Path(os.environ.get("NUMBA_CACHE_DIR", ".cache/numba")) / "synapse-warm"
+    return root / hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def _running(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def start(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k: str, cache_type_v: str,
+          batch_invariant: bool, flash_attn: bool, cold: bool):
+    """Before the main process loads the model: (helper process or None, whether the batch kernels are still
+    to come). A helper starts on a cold cache (`cold`: the first run only, so that a test suite's many
+    settings do not each start one); (None, True) while an earlier run's helper still works on this model and
+    these settings."""
+    settings = ["--n-ctx", str(min(n_ctx, 512) or 512), "--n-ubatch", str(n_ubatch), "--ctk", cache_type_k,
+                "--ctv", cache_type_v, "--batch-invariant", str(int(batch_invariant)),
+                "--flash-attn", str(int(flash_attn))]
+    try:
+        stem = _marker(model_path, settings)
+    except OSError:
+        return None, False
+    if stem.with_suffix(".done").exists():
+        return None, False
+    if _running(stem.with_suffix(".pid")):
+        return None, True
+    if not cold:
+        return None, False
     env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
     try:
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=env)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        p = subprocess.Popen([sys.executable, "-m", "synapse_cli.warm", model_path, *settings,
+                              "--marker", str(stem)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env)
     except OSError:
-        return None
+        return None, False
+    return p, True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,13 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctv", default="f16")
     ap.add_argument("--batch-invariant", type=int, default=1)
     ap.add_argument("--flash-attn", type=int, default=1)
+    ap.add_argument("--marker", default=None)
     a = ap.parse_args(argv)
+    stem = Path(a.marker) if a.marker else None
+    if stem is not None:
+        stem.with_suffix(".pid").write_text(str(os.getpid()))
     from .model import Context, Model
 
     model = Model.load(a.model)
     ctx = Context(model, n_ctx=a.n_ctx, n_ubatch=a.n_ubatch, cache_type_k=a.ctk, cache_type_v=a.ctv, n_threads=1,
                   batch_invariant=bool(a.batch_invariant), flash_attn=bool(a.flash_attn))
+    if ctx.batch_invariant:
+        for step in reversed(ctx.warm_steps()):
+            step()
+        ctx.reset()
+        os.nice(19)  # the batch kernels are for later runs: yield to the main process's computation
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
+    if stem is not None:
+        stem.with_suffix(".done").touch()
+        stem.with_suffix(".pid").unlink(missing_ok=True)
     return 0
 
 

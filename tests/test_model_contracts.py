@@ -78,6 +78,25 @@ def test_last_logits_equal_all_logits_row():
     assert np.array_equal(last, full[-1])
 
 
+def test_cold_cache_token_by_token_batches_and_warm_steps():
+    """On a cold kernel cache short batches are decoded token by token (Context.single_token_batches): the
+    same logits (last, all, a suffix of n_outputs) and cache; the warm-up process's graph steps run in any
+    order and, after reset(), leave nothing behind."""
+    model = _load("tiny-llama-Q4_K_M")
+    ref = Context(model, n_ctx=256)
+    ref_all = ref.decode(PROMPT, all_logits=True)
+    ctx = Context(model, n_ctx=256)
+    for step in reversed(ctx.warm_steps()):
+        step()
+    ctx.reset()
+    ctx.single_token_batches = True
+    assert np.array_equal(ctx.decode(PROMPT[:5]), ref_all[4])
+    assert np.array_equal(ctx.decode(PROMPT[5:], n_outputs=2), ref_all[-2:])
+    assert all(np.array_equal(a, b) for a, b in zip(ctx.k_cache, ref.k_cache))
+    ctx.reset()
+    assert np.array_equal(ctx.decode(PROMPT, all_logits=True), ref_all)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0"])
 def test_thread_count_does_not_change_results(name):
     model = _load(name)

@@ -182,7 +182,7 @@ def _combine(sumf, acc, SUB, asum_tb, w, o, dy):
     return ffma(fs, fmul(dx, splatf(dy)), sumf)
 
 
-@jit
+@ijit
 def _lane(w, o, j, qa, oa, h, QH, QS, Q8, SUB, a4, m0f):
     """int32 vector, lane r = row r's AVX lane j of the block at o: sum over elements 4j..4j+3 (h: the
     block's Q5 bits). No array access under `if QH`: there numba would refcount `w` in the loop (Q5_0 gemm
