@@ -16,7 +16,8 @@ the 8 raw blocks):
                     AVX lane j's byte k (_simd.q5_bits)         (Q5_0, Q5_1; 16-row groups: see below)
     [QS:QS+128)     4-bit formats: 4 chunks of 32 bytes, chunk j = raw qs bytes 4j..4j+3 of rows 0..7
                     (low nibbles: elements 4j..4j+3, high nibbles: 16+4j..16+4j+3)
-    [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned)
+    [QS:QS+256)     Q8_0: 8 chunks, chunk j = elements 4j..4j+3 of rows 0..7, stored q+128 (unsigned; signed
+                    without VNNI, Q8_SIGNED below)
 
 Offset quants (Q4_0: q-8, Q5_0: q-16, Q8_0's q+128 storage) use SUB * sum(activation block): exact integer
 identity. The per-block float arithmetic runs in 8 lanes (one per row), each lane doing exactly the sequence of
@@ -44,6 +45,9 @@ times 2: d [0:32), m [32:64), chunks of 64 bytes), one zmm per lane (rows16_x86_
 and one ymm per lane (rows8_x86). The two give the same bits (the same operations per lane). In 16-row groups
 the Q5 fifth bits are stored as one 64-bit mask per lane j at QH + 8j (bit 4r + i = element 4j + i of row r),
 so that a kmovq and a masked vpord add them (or16_mask; Q5_0/Q5_1 gemm +8-12 % over a byte shuffle + test).
+Without VNNI (AVX2 only) the 4-byte-group sums are ggml's AVX2 ones: vpmaddubsw + vpmaddwd for the 4/5-bit
+quants (below 128: no int16 saturation), and Q8_0 stored signed (Q8_SIGNED, no +128, SUB = 0) with the sign
+trick vpmaddubsw(|q|, sign(a, q)); the 8-row Q5 bits are one bit per lane in each byte (_simd.q5_bits).
 
 Bounds: |block sums| <= 32*255*127 < 2^24 (exact float conversion, no int32 overflow).
 Each format module passes its constants (GB, QH, QS, HAS_M, SUB, MODE, Q8) to gemv_group / gemm_tile from
