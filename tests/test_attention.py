@@ -355,17 +355,16 @@ def test_attention_rejects_bad_input():
 
 
 # --------------------------------------------------------------------------------------------------
-# the tiny F32 fixture models end to end (synapse kernels + reference F32 matmuls)
+# the tiny F32 fixture models end to end: the numpy reference (TinyF32Forward) against llama.cpp's logs and
+# logits, and synapse's attention kernel against the reference on the same (llama.cpp-identical) inputs
 
 CONFIGS = [(a, kv) for a in ("llama", "qwen2", "mistral3") for kv in ("kvf32", "kvf16")]
 
 
 def _log_record(recs, name, k, n_values):
     rs = recs[name]
-    if name.startswith("Qcur-"):
+    if name.startswith(("Qcur-", "Kcur-")):  # before and after RoPE
         return next(r for r in rs if r.op == ("RESHAPE" if k == 0 else "ROPE"))
-    if name.startswith("Kcur-"):
-        return next(r for r in rs if r.op == "ROPE")
     if name.startswith("norm-"):
         return rs[0]  # the attention norm (the FFN norm is logged under the same name)
     return [r for r in rs if r.n_elements == n_values][-1]
@@ -390,6 +389,31 @@ def test_prompt_batch_matches_evalcb_and_logits(arch, kv):
     assert checked >= 30
     for tok, logit in g["top5"][0]:
         assert np.float32(logits[tok]) == np.float32(logit), tok
+
+
+@needs_fixtures
+@pytest.mark.parametrize("arch,kv", CONFIGS)
+def test_attention_kernel_on_fixture_inputs(arch, kv):
+    """synapse's attention kernel, given the reference's Q and KV cells of the prompt batch (which match
+    llama.cpp's logs, see above), gives the reference's kq, kq_soft_max and kqv_out bit for bit."""
+    m, _, _ = prompt_run(arch, kv)
+    n_kv = m.n_used
+    T = m.trace["embd"][0].shape[0]
+    q_pos = np.arange(n_kv - T, n_kv, dtype=np.int32)
+    G, D = m.n_head_kv, m.hd
+    dt = np.uint16 if m.kv_f16 else np.float32
+    n_pad = n_kv_padded(n_kv, m.n_ctx)
+    scale = float(np.float32(1.0) / np.float32(np.sqrt(np.float32(D))))
+    for il in range(m.n_layer):
+        kc, vc = np.zeros((m.n_ctx, G, D), dt), np.zeros((G, D, m.n_ctx), dt)
+        cells = np.arange(n_kv, dtype=np.int32)
+        kv_store(kc, vc, m.k_cells[il][:n_kv], m.v_cells[il][:n_kv], cells)  # already F16-rounded: exact
+        q = m.trace.get(f"Qcur_attn_temp_scaled-{il}", m.trace[f"Qcur-{il}"])[-1]
+        out, kq, sm = _run(q, kc, vc, n_kv, m.kv_pos, q_pos, scale)
+        assert kq.shape[2] == n_pad
+        assert np.array_equal(bits(kq), bits(m.trace[f"kq-{il}"][0])), il
+        assert np.array_equal(bits(sm), bits(m.trace[f"kq_soft_max-{il}"][0])), il
+        assert np.array_equal(bits(out), bits(m.trace[f"kqv_out-{il}"][0])), il
 
 
 @needs_fixtures
