@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from conftest import FIXTURES, TINY_MODELS
+
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
 for _name in ("expf", "cosf", "sinf", "logf"):
     getattr(_libm, _name).restype = ctypes.c_float
@@ -505,8 +507,7 @@ class TinyF32Forward:
 # --------------------------------------------------------------------------------------------------
 # fixture runs shared by the test files (one prompt decode per model / cache type per session)
 
-from conftest import FIXTURES  # noqa: E402
-TINY_F32 = {arch: FIXTURES / "tiny" / "models" / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
+TINY_F32 = {arch: TINY_MODELS / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
 _RUNS: dict = {}
 
 

@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import numba
 import numpy as np
 import pytest
 
+from conftest import REPO, at_thread_counts, bits, needs_fixtures
 from elementwise_reference import (
     TINY_F32,
     attention_ref,
@@ -25,7 +24,6 @@ from elementwise_reference import (
     TinyF32Forward,
 )
 from kernels.attention import attention, kv_store, n_kv_padded
-from kernels.config import get_num_threads, set_num_threads
 from kernels.fp16 import (
     bf16_to_fp32,
     f16_bits_to_f32,
@@ -39,14 +37,6 @@ from kernels.fp16 import (
     round_bf16,
     round_fp16,
 )
-
-needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
-REPO = Path(__file__).resolve().parents[1]
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
-
 
 def _random_f32_bits(n, seed=0):
     rng = np.random.default_rng(seed)
@@ -275,12 +265,7 @@ def test_batch_invariant_mode_matches_single_token_port(f16, G, H):
     n_pad = n_kv_padded(n_kv, kc.shape[0])
     kcells, vcells = _cells(kc, vc, n_pad, f16)
     out = np.empty((T, H * D), np.float32)
-    old = get_num_threads()
-    try:
-        set_num_threads(2)
-        attention(q, kc, vc, n_kv, kv_pos, q_pos, 0.125, out, None, None, False)
-    finally:
-        set_num_threads(old)
+    at_thread_counts(lambda: attention(q, kc, vc, n_kv, kv_pos, q_pos, 0.125, out, None, None, False), (2,))
     for t in range(T):
         r_out, _, _ = attention_ref(q[t:t + 1], kcells, vcells, n_kv, kv_pos, q_pos[t:t + 1], 0.125, n_pad, f16)
         assert np.array_equal(bits(out[t:t + 1]), bits(r_out)), t
@@ -289,14 +274,7 @@ def test_batch_invariant_mode_matches_single_token_port(f16, G, H):
 def test_attention_thread_invariant():
     """1 and 2 threads in process, 3 threads in a subprocess (NUMBA_NUM_THREADS is fixed per process)."""
     q, kc, vc, kv_pos, q_pos = _setup(True, 40, 300, 2, 4, 64, garbage=False)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            outs.append(_run(q, kc, vc, 300, kv_pos, q_pos, 0.125, traces=False)[0])
-    finally:
-        set_num_threads(old)
+    outs = at_thread_counts(lambda: _run(q, kc, vc, 300, kv_pos, q_pos, 0.125, traces=False)[0])
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
 
 
@@ -305,14 +283,7 @@ def test_long_decode_split_over_kv_heads():
     one thread."""
     n_kv, n_ctx, G, H, D = 2400, 2560, 2, 14, 128
     q, kc, vc, kv_pos, q_pos = _setup(True, 1, n_kv, G, H, D, n_ctx=n_ctx, garbage=False)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            outs.append(_run(q, kc, vc, n_kv, kv_pos, q_pos, 0.088, traces=False)[0])
-    finally:
-        set_num_threads(old)
+    outs = at_thread_counts(lambda: _run(q, kc, vc, n_kv, kv_pos, q_pos, 0.088, traces=False)[0])
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
     n_pad = n_kv_padded(n_kv, n_ctx)
     kcells, vcells = _cells(kc, vc, n_pad, True)

@@ -8,7 +8,6 @@ import ctypes
 import ctypes.util
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,8 @@ import pytest
 from synapse_cli import evalcb
 from synapse_cli.evalcb import EvalCbError, TraceRecorder, format_records, load_trace, parse_log_text
 
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES
+
 LOGS = sorted(FIXTURES.glob("tiny/evalcb/*.log")) + sorted(FIXTURES.glob("real/evalcb/*.log"))
 TINY = FIXTURES / "tiny" / "evalcb" / "tiny-llama-F32__pub__kvf16.log"
 

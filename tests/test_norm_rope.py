@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import at_thread_counts, bits, needs_fixtures
 from elementwise_reference import (
-    TINY_F32,
     check_against_record,
     corr_dims_ref,
     log_records,
@@ -16,15 +16,8 @@ from elementwise_reference import (
     rope_ref_f32,
     rope_ref_f64,
 )
-from kernels.config import get_num_threads, set_num_threads
 from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
 from kernels.rope import rope, rope_cache, rope_ext, rope_qk, rope_qk_cached, rope_yarn_corr_dims
-
-needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -82,16 +75,13 @@ def test_norm_threads_invariant():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((300, 896)).astype(np.float32)  # large enough for the prange path
     w = rng.standard_normal(896).astype(np.float32)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            o = np.empty_like(x)
-            rms_norm_mul(x, 1e-5, w, o)
-            outs.append(o)
-    finally:
-        set_num_threads(old)
+
+    def run():
+        o = np.empty_like(x)
+        rms_norm_mul(x, 1e-5, w, o)
+        return o
+
+    outs = at_thread_counts(run)
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
     assert np.array_equal(bits(outs[0]), bits(rms_norm_ref(x, 1e-5) * w))
 
@@ -197,16 +187,13 @@ def test_rope_threads_invariant():
     neox, fb, fs, ef, af, nco, bf, bs, ff, nd, D = ROPE_CASES["neox"]
     x, pos = _rope_inputs(D, T=400, H=14, pos_scale=1)
     cd = rope_yarn_corr_dims(nd, nco, fb, bf, bs)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            o = np.empty_like(x)
-            rope(x, pos, o, nd, neox, fb, fs, ef, af, cd, ff)
-            outs.append(o)
-    finally:
-        set_num_threads(old)
+
+    def run():
+        o = np.empty_like(x)
+        rope(x, pos, o, nd, neox, fb, fs, ef, af, cd, ff)
+        return o
+
+    outs = at_thread_counts(run)
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
 
 
