@@ -118,7 +118,7 @@ def test_prompt_file_rule_is_llama_cpps(tmp_path):
     from tokenizer import load_tokenizer
 
     want = load_tokenizer(TINY_Q8).encode("Hello\tworld", add_special=True, parse_special=True)
-    assert f"number of input tokens = {len(want)}" in r.stderr
+    assert f"number of input tokens = {len(want)}\n" + "".join(f"  {t}\n" for t in want) in r.stderr  # the ids
 
 
 # --- tokenize --jsonl ---------------------------------------------------------------------------------------------
