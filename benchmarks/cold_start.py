@@ -10,15 +10,14 @@ process, and synapse compiles in two processes on a cold cache).
 
 from __future__ import annotations
 
+from _common import REPO  # first: the repository root on the import path
+
 import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def run(model: str, cache: str) -> float:

@@ -9,6 +9,8 @@ threads. Needs `make models-large`.
 
 from __future__ import annotations
 
+from _common import REPO  # first: the repository root on the import path
+
 import datetime
 import os
 import platform
@@ -17,13 +19,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from kernels.config import set_num_threads
+from kernels.matmul import Weight, matmul
+from kernels.gguf import GGUFReader
 
-from kernels.config import set_num_threads  # noqa: E402
-from kernels.matmul import Weight, matmul  # noqa: E402
-from kernels.gguf import GGUFReader  # noqa: E402
-
-MODEL = "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+MODEL = REPO / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ gguf-py's once (it takes seconds). Prints the date, the machine, the command and
 
 from __future__ import annotations
 
+from _common import REPO, cpu_name  # first: the repository root on the import path
+
 import argparse
 import datetime
 import importlib.metadata
@@ -19,24 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-# run as a script, benchmarks/ is sys.path[0]; its scripts must not shadow stdlib modules (tokenize.py)
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(REPO))
-
-from kernels.gguf import GGUFReader  # noqa: E402
+from kernels.gguf import GGUFReader
 
 DEFAULT = REPO / "models" / "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:

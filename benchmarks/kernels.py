@@ -14,25 +14,14 @@ the first-call compile time of all kernels (cold numba cache, in a subprocess) a
 
 from __future__ import annotations
 
-import sys  # noqa: I001
-import os.path
-
-# run as a script, sys.path[0] is benchmarks/, whose modules (kernels.py, tokenize.py...) would shadow the
-# `kernels` package and the standard library: put the repository root there instead, before anything else
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path[0] = _REPO
-elif _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
+from _common import REPO  # first: the repository root on the import path (this file would shadow `kernels`)
 
 import argparse
 import os
 import subprocess
+import sys
 import tempfile
 import time
-from pathlib import Path
-
-REPO = Path(_REPO)
 
 from kernels import config  # noqa: E402  (numba settings first)
 

@@ -11,14 +11,14 @@ Both run llama.cpp's defaults otherwise (flash attention auto, F16 cache); synap
 
 from __future__ import annotations
 
+from _common import FIXTURES, REPO  # first: the repository root on the import path
+
 import argparse
 import os
 import re
 import subprocess
 import sys
 import time
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(cmd: list[str]) -> tuple[float, str]:
@@ -35,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama", required=True, help="llama-perplexity binary (llama.cpp 0c1e570)")
     ap.add_argument("-m", "--model", required=True)
-    ap.add_argument("-f", "--file", default=os.path.join(REPO, "..", "shared", "fixtures", "perplexity-corpus.txt"))
+    ap.add_argument("-f", "--file", default=str(FIXTURES / "perplexity-corpus.txt"))
     ap.add_argument("-c", "--ctx-size", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("-t", "--threads", type=int, default=2)

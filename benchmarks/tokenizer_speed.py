@@ -15,13 +15,7 @@ vocabulary and merges, with whether its ids agree.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# this file is named like the standard library's `tokenize`, which `inspect`/`linecache` import: take
-# its folder off the import path before anything else is imported
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+from _common import FIXTURES, REPO, cpu_name  # first: the repository root on the import path
 
 import argparse
 import datetime
@@ -30,14 +24,12 @@ import glob
 import json
 import os
 import platform
+import sys
 import sysconfig
 import time
+from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-FIXTURES = REPO.parent / "shared" / "fixtures"
-
-from tokenizer import load_tokenizer  # noqa: E402
+from tokenizer import load_tokenizer
 
 HF_REGEX = {  # the pre-tokenizer regexes of the original tokenizer.json files
     "llama3": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
@@ -87,16 +79,6 @@ def build_corpus(mb: float) -> tuple[str, dict[str, int]]:
                 used[k] += b
                 size += b
     return "".join(parts), used
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def timed(fn):

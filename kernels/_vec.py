@@ -150,7 +150,8 @@ def round_f16_16(typingctx, a):
     return F32x16(a), codegen
 
 
-def _make_binop(op):
+def _binary16(build):
+    """An intrinsic (F32x16, F32x16) -> F32x16 whose IR is build(builder, a, b)."""
     @intrinsic
     def binop(typingctx, a, b):
         if a != F32x16 or b != F32x16:
@@ -158,15 +159,15 @@ def _make_binop(op):
 
         def codegen(context, builder, sig, args):
             _wide(builder)
-            return getattr(builder, op)(args[0], args[1])
+            return build(builder, args[0], args[1])
 
         return F32x16(a, b), codegen
 
     return binop
 
 
-add16 = _make_binop("fadd")
-mul16 = _make_binop("fmul")
+add16 = _binary16(lambda builder, a, b: builder.fadd(a, b))
+mul16 = _binary16(lambda builder, a, b: builder.fmul(a, b))
 
 
 def fold_masks(m: int):
@@ -180,22 +181,9 @@ def fold_masks(m: int):
 
 
 def _make_fold(m):
-    lo, hi = fold_masks(m)
-
-    @intrinsic
-    def fold(typingctx, a, b):
-        if a != F32x16 or b != F32x16:
-            return None
-
-        def codegen(context, builder, sig, args):
-            _wide(builder)
-            x = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_i32, 16), lo))
-            y = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_i32, 16), hi))
-            return builder.fadd(x, y)
-
-        return F32x16(a, b), codegen
-
-    return fold
+    lo, hi = (ir.Constant(ir.VectorType(_i32, 16), mask) for mask in fold_masks(m))
+    return _binary16(lambda builder, a, b: builder.fadd(builder.shuffle_vector(a, b, lo),
+                                                        builder.shuffle_vector(a, b, hi)))
 
 
 # fold8: two vectors of one 16-lane group each -> two groups of 8 (l + l+8); fold4: groups of 8 -> 4 (l + l+4);

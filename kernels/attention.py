@@ -343,6 +343,20 @@ def _dots16x3(A, a, stride, B, b0, b1, b2, n):
 
 
 @jit
+def _dots16_heads(A, a, stride, B, b_step, n, n_heads, n3, out, o, o_step):
+    """_dots16 of rows a + i*stride (i < 16) of flat A with each of n_heads vectors of flat B (head j's at
+    j*b_step, n long), stored at out[o + j*o_step:][:16]; heads below n3 (a multiple of 3) go three at a time
+    (_dots16x3: each block of A loaded, and converted from F16, once for the three)."""
+    for j in range(0, n3, 3):
+        r0, r1, r2 = _dots16x3(A, a, stride, B, j * b_step, (j + 1) * b_step, (j + 2) * b_step, n)
+        store16(out, o + j * o_step, r0)
+        store16(out, o + (j + 1) * o_step, r1)
+        store16(out, o + (j + 2) * o_step, r2)
+    for j in range(n3, n_heads):
+        store16(out, o + j * o_step, _dots16(A, a, stride, B, j * b_step, n))
+
+
+@jit
 def _token_mask(kv_pos, n_kv, qp, n_eff, mk):
     """mk[c] = the kq_mask value of cell c for a query at position qp: 0, or -inf (empty, >= n_kv, future)."""
     for c in range(n_eff):
@@ -363,16 +377,9 @@ def _group_fast(q, k_cache, v_cache, t, g, scale, n_eff, mk, out, kq_out, kq_sof
     for j in range(gqa):
         for d in range(D):
             qv[j, d] = round_operand(k_cache, q[t, h0 + j, d])
-    # kq: 16 cells at a time (K row stride G*D elements)
+    # kq: 16 cells at a time (K row stride G*D elements), head j's scores in row j of wp
     for c0 in range(0, n_eff, 16):
-        a = (c0 * G + g) * D
-        for j in range(0, n3, 3):
-            r0, r1, r2 = _dots16x3(k_cache, a, G * D, qv, j * D, (j + 1) * D, (j + 2) * D, D)
-            store16(wp, j * n_eff + c0, r0)
-            store16(wp, (j + 1) * n_eff + c0, r1)
-            store16(wp, (j + 2) * n_eff + c0, r2)
-        for j in range(n3, gqa):
-            store16(wp, j * n_eff + c0, _dots16(k_cache, a, G * D, qv, j * D, D))
+        _dots16_heads(k_cache, (c0 * G + g) * D, G * D, qv, D, D, gqa, n3, wp, c0, n_eff)
     for j in range(gqa):
         h = h0 + j
         w = wp[j]
@@ -390,15 +397,7 @@ def _group_fast(q, k_cache, v_cache, t, g, scale, n_eff, mk, out, kq_out, kq_sof
             pj[c] = round_operand(v_cache, dp[c])
     # kqv: 16 head dims at a time (V^T row stride n_ctx) over the cells; out is (T, H, D) in memory
     for d0 in range(0, D, 16):
-        a = (g * D + d0) * n_ctx
-        o = (t * H + h0) * D + d0
-        for j in range(0, n3, 3):
-            r0, r1, r2 = _dots16x3(v_cache, a, n_ctx, pa, j * n_eff, (j + 1) * n_eff, (j + 2) * n_eff, n_eff)
-            store16(out, o + j * D, r0)
-            store16(out, o + (j + 1) * D, r1)
-            store16(out, o + (j + 2) * D, r2)
-        for j in range(n3, gqa):
-            store16(out, o + j * D, _dots16(v_cache, a, n_ctx, pa, j * n_eff, n_eff))
+        _dots16_heads(v_cache, (g * D + d0) * n_ctx, n_ctx, pa, n_eff, n_eff, gqa, n3, out, (t * H + h0) * D + d0, D)
 
 
 @jit

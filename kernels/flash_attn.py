@@ -43,7 +43,7 @@ from numba import prange
 
 from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16, store16
 from kernels.activations import row_max, vec_soft_max
-from kernels.attention import _dot_lanes, _dots16, _dots16x3
+from kernels.attention import _dot_lanes, _dots16_heads
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
@@ -118,15 +118,8 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj,
         for d in range(D):
             qv[j, d] = round_f16_scalar(q[t, h0 + j, d])
             acc[j, d] = 0
-    for c0 in range(0, n_eff, 16):  # raw dots, K row stride G*D
-        a = (c0 * G + g) * D
-        for j in range(0, n3, 3):
-            r0, r1, r2 = _dots16x3(k16, a, G * D, qv, j * D, (j + 1) * D, (j + 2) * D, D)
-            store16(sc, j * n_eff + c0, r0)
-            store16(sc, (j + 1) * n_eff + c0, r1)
-            store16(sc, (j + 2) * n_eff + c0, r2)
-        for j in range(n3, gqa):
-            store16(sc, j * n_eff + c0, _dots16(k16, a, G * D, qv, j * D, D))
+    for c0 in range(0, n_eff, 16):  # raw dots, K row stride G*D; head j's scores at j * n_eff
+        _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, gqa, n3, sc, c0, n_eff)
     for j in range(gqa):
         mj[j] = -np.inf
         sj[j] = 0

@@ -86,6 +86,23 @@ def _put16(dst, o, h):
 
 
 @jit
+def _put_q5_pair(dst, o, j, xi0, xi1, qh):
+    """Q5_0 / Q5_1 values j and j + 16 (0..31): low nibbles into byte o + j, fifth bits into bits j and j + 16
+    of qh, returned."""
+    dst[o + j] = np.uint8((xi0 & 0x0F) | ((xi1 & 0x0F) << 4))
+    qh |= np.uint32((xi0 & 0x10) >> 4) << np.uint32(j)
+    qh |= np.uint32((xi1 & 0x10) >> 4) << np.uint32(j + 16)
+    return qh
+
+
+@jit
+def _put32(dst, o, u):
+    """uint32 u at bytes o..o+3, little-endian (the memcpy of qh)."""
+    for i in range(4):
+        dst[o + i] = np.uint8((u >> np.uint32(8 * i)) & np.uint32(0xFF))
+
+
+@jit
 def _trunc_i8(v):
     """C's (int8_t) conversion of a float in range: truncation toward zero."""
     return np.int32(np.trunc(v))
@@ -175,12 +192,9 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
                 else:
                     xi0 = min(31, _trunc_i8(np.float32(x0 + np.float32(16.5))))
                     xi1 = min(31, _trunc_i8(np.float32(x1 + np.float32(16.5))))
-                    dst[q + 6 + j] = np.uint8((xi0 & 0x0F) | ((xi1 & 0x0F) << 4))
-                    qh |= np.uint32((xi0 & 0x10) >> 4) << np.uint32(j)
-                    qh |= np.uint32((xi1 & 0x10) >> 4) << np.uint32(j + 16)
+                    qh = _put_q5_pair(dst, q + 6, j, xi0, xi1, qh)
             if code == Q5_0:
-                for i in range(4):
-                    dst[q + 2 + i] = np.uint8((qh >> np.uint32(8 * i)) & np.uint32(0xFF))
+                _put32(dst, q + 2, qh)
         else:  # Q4_1, Q5_1
             mn, mx = _min_max(x, o)
             d = np.float32(np.float32(mx - mn) / np.float32(15.0 if code == Q4_1 else 31.0))
@@ -198,12 +212,9 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
                 else:
                     xi0 = _trunc_i8(np.float32(x0 + np.float32(0.5))) & 0xFF
                     xi1 = _trunc_i8(np.float32(x1 + np.float32(0.5))) & 0xFF
-                    dst[q + 8 + j] = np.uint8((xi0 & 0x0F) | ((xi1 & 0x0F) << 4))
-                    qh |= np.uint32((xi0 & 0x10) >> 4) << np.uint32(j)
-                    qh |= np.uint32((xi1 & 0x10) >> 4) << np.uint32(j + 16)
+                    qh = _put_q5_pair(dst, q + 8, j, xi0, xi1, qh)
             if code == Q5_1:
-                for i in range(4):
-                    dst[q + 4 + i] = np.uint8((qh >> np.uint32(8 * i)) & np.uint32(0xFF))
+                _put32(dst, q + 4, qh)
 
 
 @jit

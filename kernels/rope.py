@@ -142,28 +142,48 @@ def _check_rope(x, pos, out, n_dims, freq_factors):
 
 
 @jit
-def _rope_token(x, pos, out, t, n_dims, neox, prm, freq_factors, cache, contract):
-    theta_scale, fs, ef, af, c0, c1 = prm
-    rope_cache_init(pos[t], n_dims, fs, ef, af, c0, c1, theta_scale, freq_factors, cache, contract)
+def _rotate_heads(x, out, t, n_dims, neox, cache, contract):
+    """rope_rotate_row for every head of token t (x, out: (T, n_head, head_dim)); cache: that token's cos/sin."""
     for h in range(x.shape[1]):
         rope_rotate_row(x[t, h], out[t, h], n_dims, neox, cache, contract)
 
 
+@jit
+def _rope_tokens(x, k, pos, out, k_out, t0, t1, n_dims, neox, prm, freq_factors, contract):
+    """Tokens t0..t1-1: each position's cos/sin cache, then every head of x (and of k, unless None) rotated
+    with it."""
+    theta_scale, fs, ef, af, c0, c1 = prm
+    cache = np.empty(n_dims, np.float32)
+    for t in range(t0, t1):
+        rope_cache_init(pos[t], n_dims, fs, ef, af, c0, c1, theta_scale, freq_factors, cache, contract)
+        _rotate_heads(x, out, t, n_dims, neox, cache, contract)
+        if k is not None:
+            _rotate_heads(k, k_out, t, n_dims, neox, cache, contract)
+
+
 @pjit
-def rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-             freq_factors, contract):
-    """rope with the FMA-contraction choice explicit (see module docstring); `rope` uses CONTRACT."""
+def _rope(x, k, pos, out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+          freq_factors, contract):
+    """rope of x into out and, unless k is None, of k into k_out with the same cos/sin cache per token; tokens
+    spread over threads when there is enough work."""
     _check_rope(x, pos, out, n_dims, freq_factors)
+    if k is not None:
+        _check_rope(k, pos, k_out, n_dims, freq_factors)
     T = x.shape[0]
     prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
     if T > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
         for t in prange(T):
-            cache = np.empty(n_dims, np.float32)
-            _rope_token(x, pos, out, t, n_dims, neox, prm, freq_factors, cache, contract)
+            _rope_tokens(x, k, pos, out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, contract)
     else:
-        cache = np.empty(n_dims, np.float32)
-        for t in range(T):
-            _rope_token(x, pos, out, t, n_dims, neox, prm, freq_factors, cache, contract)
+        _rope_tokens(x, k, pos, out, k_out, 0, T, n_dims, neox, prm, freq_factors, contract)
+
+
+@jit
+def rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+             freq_factors, contract):
+    """rope with the FMA-contraction choice explicit (see module docstring); `rope` uses CONTRACT."""
+    _rope(x, None, pos, out, None, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+          freq_factors, contract)
 
 
 @jit
@@ -172,30 +192,16 @@ def rope(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_fact
 
     x, out: f32 (T, n_head, head_dim) (out may be x); pos: int32 (T,); corr_dims: (start, end) from
     rope_yarn_corr_dims; freq_factors: f32 (>= n_dims/2,) or None (llama3 `rope_freqs`)."""
-    rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-             freq_factors, CONTRACT)
+    _rope(x, None, pos, out, None, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+          freq_factors, CONTRACT)
 
 
-@pjit
+@jit
 def rope_qk(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
             corr_dims, freq_factors):
     """rope on Q and K of the same tokens with one cos/sin cache per token (= rope(q), rope(k))."""
-    _check_rope(q, pos, q_out, n_dims, freq_factors)
-    _check_rope(k, pos, k_out, n_dims, freq_factors)
-    T = q.shape[0]
-    prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
-    if T > 1 and q.size >= PARALLEL_MIN_ELEMENTS:
-        for t in prange(T):
-            cache = np.empty(n_dims, np.float32)
-            _rope_token(q, pos, q_out, t, n_dims, neox, prm, freq_factors, cache, CONTRACT)
-            for h in range(k.shape[1]):
-                rope_rotate_row(k[t, h], k_out[t, h], n_dims, neox, cache, CONTRACT)
-    else:
-        cache = np.empty(n_dims, np.float32)
-        for t in range(T):
-            _rope_token(q, pos, q_out, t, n_dims, neox, prm, freq_factors, cache, CONTRACT)
-            for h in range(k.shape[1]):
-                rope_rotate_row(k[t, h], k_out[t, h], n_dims, neox, cache, CONTRACT)
+    _rope(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+          freq_factors, CONTRACT)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -240,13 +246,9 @@ def rope_qk_cached(q, k, cache, q_out, k_out, n_dims, neox):
         raise ValueError("rope_qk_cached: cache must be (T, n_dims) with n_dims even and <= head_dim")
     if T > 1 and q.size >= PARALLEL_MIN_ELEMENTS:
         for t in prange(T):
-            for h in range(H):
-                rope_rotate_row(q[t, h], q_out[t, h], n_dims, neox, cache[t], CONTRACT)
-            for h in range(k.shape[1]):
-                rope_rotate_row(k[t, h], k_out[t, h], n_dims, neox, cache[t], CONTRACT)
+            _rotate_heads(q, q_out, t, n_dims, neox, cache[t], CONTRACT)
+            _rotate_heads(k, k_out, t, n_dims, neox, cache[t], CONTRACT)
     else:
         for t in range(T):
-            for h in range(H):
-                rope_rotate_row(q[t, h], q_out[t, h], n_dims, neox, cache[t], CONTRACT)
-            for h in range(k.shape[1]):
-                rope_rotate_row(k[t, h], k_out[t, h], n_dims, neox, cache[t], CONTRACT)
+            _rotate_heads(q, q_out, t, n_dims, neox, cache[t], CONTRACT)
+            _rotate_heads(k, k_out, t, n_dims, neox, cache[t], CONTRACT)

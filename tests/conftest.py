@@ -1,14 +1,17 @@
-"""Shared test paths: llama.cpp's fixtures (../shared/fixtures) and the real models (`make models`).
+"""Shared test paths and helpers: llama.cpp's fixtures (../shared/fixtures), the real models (`make models`),
+float32 bit comparison, thread-count runs and vocabulary-only GGUF files.
 
 Fixtures are read in place, never copied. Tests that need a real model call `real_model_path(name)`
 (or use the `real_model` fixture), which skips the test cleanly when the file has not been fetched.
+Test modules import these names with `from conftest import ...`: pytest puts tests/ on sys.path
+(pyproject.toml: `pythonpath = ["tests"]`).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +27,7 @@ QWEN_05B = "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf"
 QWEN_15B = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 REAL_MODELS = (SMOLLM2, QWEN_05B, QWEN_15B)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests import conftest helpers by name
+needs_fixtures = pytest.mark.skipif(not TINY_MODELS.exists(), reason="fixtures not present")
 
 
 def real_model_path(name: str) -> Path:
@@ -39,3 +42,42 @@ def real_model_path(name: str) -> Path:
 def real_model():
     """`real_model_path` as a fixture: `def test_x(real_model): path = real_model(SMOLLM2)`."""
     return real_model_path
+
+
+def bits(a) -> np.ndarray:
+    """float32 values as their uint32 bit patterns: array_equal(bits(a), bits(b)) is bit-for-bit equality."""
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def at_thread_counts(run, counts=(1, 2)) -> list:
+    """[run() with n threads for n in counts] (kernels.config's thread count, restored afterwards)."""
+    from kernels.config import get_num_threads, set_num_threads  # not at import: tokenizer tests stay numba-free
+
+    old = get_num_threads()
+    try:
+        results = []
+        for n in counts:
+            set_num_threads(n)
+            results.append(run())
+        return results
+    finally:
+        set_num_threads(old)
+
+
+def write_vocab_gguf(path: Path, kv: dict) -> str:
+    """A GGUF file (architecture llama) with the metadata `kv` and no tensors: str values as strings, lists
+    as arrays (ints as int32, strings as strings). Returns the path as str."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, v in kv.items():
+        if isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, list):
+            w.add_array(k, v)
+        else:
+            raise TypeError(f"{k}: only str and list values")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return str(path)

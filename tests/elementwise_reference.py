@@ -4,7 +4,7 @@ Written independently of kernels/: numpy float32 scalar/array arithmetic (IEEE, 
 glibc's float functions called through ctypes (expf, cosf, sinf, logf, powf: what ggml calls), and an
 exact float32 fused multiply-add built from float64 arithmetic (TwoSum + round-to-odd; no LLVM fma).
 Also: ggml's dot-product summation orders as lane arrays, and a float32-weights forward pass of the tiny
-fixture models assembled from synapse's kernels with reference matmuls (`TinyF32Forward`), to compare
+fixture models built from these references alone (`TinyF32Forward`, weights read by gguf-py), to compare
 with llama.cpp's eval-callback logs and greedy logits.
 """
 
@@ -15,6 +15,8 @@ import ctypes.util
 from pathlib import Path
 
 import numpy as np
+
+from conftest import FIXTURES, TINY_MODELS
 
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
 for _name in ("expf", "cosf", "sinf", "logf"):
@@ -199,17 +201,17 @@ def rope_ref_f32(x, pos, n_dims, neox, freq_base, freq_scale, ext_factor, attn_f
                     ms = f32(ms * f32(f32(1) + f32(f32(0.1) * lg)))
             cos_sin.append((f32(libm("cosf", th) * ms), f32(libm("sinf", th) * ms)))
             theta = f32(theta * theta_scale)
-        for h in range(x.shape[1]):
-            src = x[t, h]
-            for i, (c, s) in enumerate(cos_sin):
-                a, b = (i, i + n_dims // 2) if neox else (2 * i, 2 * i + 1)
-                x0, x1 = src[a], src[b]
-                if contract:
-                    out[t, h, a] = fma32(x0, c, -f32(x1 * s))
-                    out[t, h, b] = fma32(x0, s, f32(x1 * c))
-                else:
-                    out[t, h, a] = f32(f32(x0 * c) - f32(x1 * s))
-                    out[t, h, b] = f32(f32(x0 * s) + f32(x1 * c))
+        c = np.array([cs[0] for cs in cos_sin], np.float32)  # (n_dims/2,) per pair
+        s = np.array([cs[1] for cs in cos_sin], np.float32)
+        i = np.arange(n_dims // 2)
+        a, b = (i, i + n_dims // 2) if neox else (2 * i, 2 * i + 1)
+        x0, x1 = x[t][:, a], x[t][:, b]  # (n_head, n_dims/2): every head rotated by the same pairs
+        if contract:
+            out[t][:, a] = fma32(x0, c, -(x1 * s))
+            out[t][:, b] = fma32(x0, s, x1 * c)
+        else:
+            out[t][:, a] = (x0 * c) - (x1 * s)
+            out[t][:, b] = (x0 * s) + (x1 * c)
     return out
 
 
@@ -335,19 +337,34 @@ def attention_ref(q, k_cells, v_cells, n_kv, kv_pos, q_pos, kq_scale, n_kv_pad, 
 # the tiny fixture models with F32 weights, end to end
 
 
-class TinyF32Forward:
-    """Forward pass of a tiny F32 fixture model (llama / qwen2 / mistral3) with synapse's kernels for
-    everything but the matmuls (`matmul_f32_ref`), recording named nodes like llama-eval-callback.
+def n_kv_padded_ref(n_kv, n_ctx, pad=256) -> int:
+    """The KV cells llama.cpp's non-FA graph attends over (llama-kv-cache.cpp, get_n_kv):
+    min(n_ctx, max(pad, GGML_PAD(n_kv, pad)))."""
+    return min(n_ctx, max(pad, -(-n_kv // pad) * pad))
 
-    `options` selects kernel variants to compare: swiglu / soft-max with AVX512 ggml_v_expf or libm,
-    rope with or without FMA contraction."""
+
+class TinyF32Forward:
+    """Forward pass of a tiny F32 fixture model (llama / qwen2 / mistral3) built from this file's numpy
+    references only (no kernels/ code: GGUF read by gguf-py), recording named nodes like llama-eval-callback.
+
+    Every step is float32 in ggml's operation order (rms_norm_ref, rope_ref_f32, attention_ref, swiglu_ref,
+    matmul_f32_ref, and plain float32 adds / multiplies for ADD / MUL), so its nodes can be held to
+    llama.cpp's logged sums and greedy logits bit for bit. `vec_swiglu` / `rope_contract` select the
+    variants to compare: swiglu with AVX512 ggml_v_expf or libm expf, rope with or without FMA contraction.
+    The KV cache keeps float32 cell values (F16-rounded for an F16 cache): `k_cells[il]`, `v_cells[il]`
+    (n_ctx, n_head_kv, head_dim)."""
 
     def __init__(self, path: Path, kv_f16: bool, n_ctx: int = 256, *, vec_swiglu=True, rope_contract=True):
-        from kernels.gguf import GGUFReader
+        from gguf import GGMLQuantizationType, GGUFReader
 
         r = GGUFReader(path)
-        self.arch = arch = r.get("general.architecture")
-        g = lambda k, d=None: r.get(f"{arch}.{k}", d)  # noqa: E731
+
+        def get(key, default=None):
+            field = r.get_field(key)
+            return default if field is None else field.contents()
+
+        self.arch = arch = get("general.architecture")
+        g = lambda k, d=None: get(f"{arch}.{k}", d)  # noqa: E731
         self.n_embd = g("embedding_length")
         self.n_layer = g("block_count")
         self.n_head = g("attention.head_count")
@@ -360,11 +377,14 @@ class TinyF32Forward:
         self.vec_swiglu = vec_swiglu
         self.rope_contract = rope_contract
 
+        tensors = {ti.name: ti for ti in r.tensors}
+
         def t(name):
-            ti = r.tensor(name)
+            ti = tensors.get(name)
             if ti is None:
                 return None
-            return ti.data.view(np.float32).reshape(tuple(reversed(ti.ne)))
+            assert ti.tensor_type == GGMLQuantizationType.F32, f"{name}: F32 weights only"
+            return np.asarray(ti.data)  # numpy order: (ne[1], ne[0]) for a matrix, a view of the mmap
 
         self.t = t
         self.freq_factors = t("rope_freqs.weight")
@@ -386,15 +406,16 @@ class TinyF32Forward:
             af = f32(mscale(1.0) / mscale(log_mul))
             af = f32(af * f32(f32(1) / fma32(f32(0.1), lg, f32(1))))
             self.attn_factor = float(af)
-        from kernels.rope import rope_yarn_corr_dims
-
-        self.corr_dims = rope_yarn_corr_dims(self.n_rot, self.n_ctx_orig, self.freq_base, self.beta_fast,
-                                             self.beta_slow)
+        self.corr_dims = corr_dims_ref(self.n_rot, self.n_ctx_orig, self.freq_base, self.beta_fast, self.beta_slow)
+        # rope's arguments after (x, pos), in the order of rope_ref_f32 and kernels.rope.rope (tests run the
+        # kernel on this model's inputs)
+        self.rope_args = (self.n_rot, self.neox, self.freq_base, self.freq_scale, self.ext_factor, self.attn_factor,
+                          self.corr_dims, self.freq_factors)
         self.kv_f16 = kv_f16
-        dt = np.uint16 if kv_f16 else np.float32
+        self.n_ctx = n_ctx
         G = self.n_head_kv
-        self.k_cache = [np.zeros((n_ctx, G, self.hd), dt) for _ in range(self.n_layer)]
-        self.v_cache = [np.zeros((G, self.hd, n_ctx), dt) for _ in range(self.n_layer)]
+        self.k_cells = [np.zeros((n_ctx, G, self.hd), np.float32) for _ in range(self.n_layer)]
+        self.v_cells = [np.zeros((n_ctx, G, self.hd), np.float32) for _ in range(self.n_layer)]
         self.kv_pos = np.full(n_ctx, -1, np.int32)
         self.n_used = 0
         self.trace: dict[str, list[np.ndarray]] = {}
@@ -402,13 +423,12 @@ class TinyF32Forward:
     def _rec(self, name, value):
         self.trace.setdefault(name, []).append(np.array(value, np.float32, copy=True))
 
+    def _rms_norm_mul(self, x, w) -> np.ndarray:
+        """RMS_NORM then MUL by the norm weight (one float32 multiply each)."""
+        return (rms_norm_ref(x, self.eps) * w).astype(np.float32)
+
     def decode(self, ids) -> np.ndarray:
         """Evaluate `ids` as one batch at the next positions; returns the last token's logits."""
-        from kernels.activations import swiglu, swiglu_libm
-        from kernels.attention import attention, kv_store, n_kv_padded
-        from kernels.norm import add, rms_norm, rms_norm_mul
-        from kernels.rope import rope_ext
-
         T = len(ids)
         H, G, D = self.n_head, self.n_head_kv, self.hd
         pos = np.arange(self.n_used, self.n_used + T, dtype=np.int32)
@@ -416,32 +436,28 @@ class TinyF32Forward:
         self.kv_pos[cells] = pos
         self.n_used += T
         t = self.t
+        cache_round = f16_round if self.kv_f16 else (lambda a: a)
         x = t("token_embd.weight")[np.asarray(ids)].copy()
         self._rec("embd", x)
         for il in range(self.n_layer):
             p = f"blk.{il}."
-            cur = np.empty_like(x)
-            rms_norm(x, self.eps, cur)
-            self._rec(f"norm-{il}", cur)
-            rms_norm_mul(x, self.eps, t(p + "attn_norm.weight"), cur)
+            self._rec(f"norm-{il}", rms_norm_ref(x, self.eps))
+            cur = self._rms_norm_mul(x, t(p + "attn_norm.weight"))
             self._rec(f"attn_norm-{il}", cur)
             qkv = []
             for name in ("q", "k", "v"):
                 y = matmul_f32_ref(t(p + f"attn_{name}.weight"), cur)
                 b = t(p + f"attn_{name}.bias")
                 if b is not None:
-                    add(y, b, y)
+                    y = (y + b).astype(np.float32)
                 qkv.append(y)
             q = qkv[0].reshape(T, H, D)
             k = qkv[1].reshape(T, G, D)
             v = qkv[2].reshape(T, G, D)
             self._rec(f"Qcur-{il}", q)
-            rope_args = (self.n_rot, self.neox, self.freq_base, self.freq_scale, self.ext_factor, self.attn_factor,
-                         self.corr_dims, self.freq_factors, self.rope_contract)
-            qr = np.empty_like(q)
-            kr = np.empty_like(k)
-            rope_ext(q, pos, qr, *rope_args)
-            rope_ext(k, pos, kr, *rope_args)
+            self._rec(f"Kcur-{il}", k)
+            qr = rope_ref_f32(q, pos, *self.rope_args, contract=self.rope_contract)
+            kr = rope_ref_f32(k, pos, *self.rope_args, contract=self.rope_contract)
             self._rec(f"Qcur-{il}", qr)
             self._rec(f"Kcur-{il}", kr)
             if self.temp_scale != 0.0:
@@ -450,14 +466,13 @@ class TinyF32Forward:
                 s = (s * float(f32(self.temp_scale)) + 1.0).astype(np.float32)
                 qr = (qr * s[:, None, None]).astype(np.float32)
                 self._rec(f"Qcur_attn_temp_scaled-{il}", qr)
-            kv_store(self.k_cache[il], self.v_cache[il], kr, v, cells)
+            self.k_cells[il][cells] = cache_round(kr)  # SET_ROWS: F16 conversion rounds to nearest even
+            self.v_cells[il][cells] = cache_round(v)
             n_kv = self.n_used
-            n_pad = n_kv_padded(n_kv, self.k_cache[il].shape[0])
-            kq = np.empty((H, T, n_pad), np.float32)
-            sm = np.empty((H, T, n_pad), np.float32)
-            attn = np.empty((T, H * D), np.float32)
-            attention(qr, self.k_cache[il], self.v_cache[il], n_kv, self.kv_pos, pos,
-                      float(f32(1.0) / f32(np.sqrt(np.float32(D)))), attn, kq, sm)
+            n_pad = n_kv_padded_ref(n_kv, self.n_ctx)
+            kq_scale = float(f32(1.0) / f32(np.sqrt(np.float32(D))))
+            attn, kq, sm = attention_ref(qr, self.k_cells[il][:n_pad], self.v_cells[il][:n_pad], n_kv, self.kv_pos,
+                                         pos, kq_scale, n_pad, self.kv_f16)
             self._rec(f"kq-{il}", kq)
             self._rec(f"kq_soft_max-{il}", sm)
             self._rec(f"kqv_out-{il}", attn)
@@ -467,25 +482,20 @@ class TinyF32Forward:
             if il == self.n_layer - 1:  # GET_ROWS(out_ids): only the last token goes on
                 a = a[-1:]
                 inp = x[-1:]
-            ffn_inp = np.empty_like(a)
-            add(a, inp, ffn_inp)
+            ffn_inp = (a + inp).astype(np.float32)
             self._rec(f"ffn_inp-{il}", ffn_inp)
-            cur = np.empty_like(ffn_inp)
-            rms_norm_mul(ffn_inp, self.eps, t(p + "ffn_norm.weight"), cur)
+            cur = self._rms_norm_mul(ffn_inp, t(p + "ffn_norm.weight"))
             self._rec(f"ffn_norm-{il}", cur)
             gate = matmul_f32_ref(t(p + "ffn_gate.weight"), cur)
             up = matmul_f32_ref(t(p + "ffn_up.weight"), cur)
             self._rec(f"ffn_gate-{il}", gate)
             self._rec(f"ffn_up-{il}", up)
-            sw = np.empty_like(gate)
-            (swiglu if self.vec_swiglu else swiglu_libm)(gate, up, sw)
+            sw = swiglu_ref(gate, up, vec=self.vec_swiglu)
             self._rec(f"ffn_swiglu-{il}", sw)
             down = matmul_f32_ref(t(p + "ffn_down.weight"), sw)
-            x = np.empty_like(down)
-            add(down, ffn_inp, x)
+            x = (down + ffn_inp).astype(np.float32)
             self._rec(f"l_out-{il}", x)
-        cur = np.empty_like(x)
-        rms_norm_mul(x, self.eps, t("output_norm.weight"), cur)
+        cur = self._rms_norm_mul(x, t("output_norm.weight"))
         out_w = t("output.weight")
         if out_w is None:
             out_w = t("token_embd.weight")
@@ -497,8 +507,7 @@ class TinyF32Forward:
 # --------------------------------------------------------------------------------------------------
 # fixture runs shared by the test files (one prompt decode per model / cache type per session)
 
-from conftest import FIXTURES  # noqa: E402
-TINY_F32 = {arch: FIXTURES / "tiny" / "models" / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
+TINY_F32 = {arch: TINY_MODELS / f"tiny-{arch}-F32.gguf" for arch in ("llama", "qwen2", "mistral3")}
 _RUNS: dict = {}
 
 

@@ -7,8 +7,8 @@ import numba
 import numpy as np
 import pytest
 
+from conftest import at_thread_counts, bits, needs_fixtures
 from elementwise_reference import (
-    TINY_F32,
     libm,
     log_records,
     prompt_run,
@@ -24,14 +24,7 @@ from kernels.activations import (
     swiglu_libm,
     v_expf,
 )
-from kernels.config import get_num_threads, set_num_threads
 from synapse_cli.evalcb import ggml_sum
-
-needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 @numba.njit(cache=False)
@@ -103,18 +96,15 @@ def test_activations_threads_invariant():
     rng = np.random.default_rng(5)
     g = rng.standard_normal((40, 4864)).astype(np.float32)
     x = rng.standard_normal((14, 64, 512)).astype(np.float32)
-    res = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            o1 = np.empty_like(g)
-            swiglu(g, g, o1)
-            o2 = np.empty_like(x)
-            soft_max_ext(x, None, 0.125, o2)
-            res.append((o1, o2))
-    finally:
-        set_num_threads(old)
+
+    def run():
+        o1 = np.empty_like(g)
+        swiglu(g, g, o1)
+        o2 = np.empty_like(x)
+        soft_max_ext(x, None, 0.125, o2)
+        return o1, o2
+
+    res = at_thread_counts(run)
     assert np.array_equal(bits(res[0][0]), bits(res[1][0]))
     assert np.array_equal(bits(res[0][1]), bits(res[1][1]))
 

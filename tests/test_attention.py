@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import numba
 import numpy as np
 import pytest
 
+from conftest import REPO, at_thread_counts, bits, needs_fixtures
 from elementwise_reference import (
     TINY_F32,
     attention_ref,
@@ -25,7 +24,6 @@ from elementwise_reference import (
     TinyF32Forward,
 )
 from kernels.attention import attention, kv_store, n_kv_padded
-from kernels.config import get_num_threads, set_num_threads
 from kernels.fp16 import (
     bf16_to_fp32,
     f16_bits_to_f32,
@@ -39,14 +37,6 @@ from kernels.fp16 import (
     round_bf16,
     round_fp16,
 )
-
-needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
-REPO = Path(__file__).resolve().parents[1]
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
-
 
 def _random_f32_bits(n, seed=0):
     rng = np.random.default_rng(seed)
@@ -275,12 +265,7 @@ def test_batch_invariant_mode_matches_single_token_port(f16, G, H):
     n_pad = n_kv_padded(n_kv, kc.shape[0])
     kcells, vcells = _cells(kc, vc, n_pad, f16)
     out = np.empty((T, H * D), np.float32)
-    old = get_num_threads()
-    try:
-        set_num_threads(2)
-        attention(q, kc, vc, n_kv, kv_pos, q_pos, 0.125, out, None, None, False)
-    finally:
-        set_num_threads(old)
+    at_thread_counts(lambda: attention(q, kc, vc, n_kv, kv_pos, q_pos, 0.125, out, None, None, False), (2,))
     for t in range(T):
         r_out, _, _ = attention_ref(q[t:t + 1], kcells, vcells, n_kv, kv_pos, q_pos[t:t + 1], 0.125, n_pad, f16)
         assert np.array_equal(bits(out[t:t + 1]), bits(r_out)), t
@@ -289,14 +274,7 @@ def test_batch_invariant_mode_matches_single_token_port(f16, G, H):
 def test_attention_thread_invariant():
     """1 and 2 threads in process, 3 threads in a subprocess (NUMBA_NUM_THREADS is fixed per process)."""
     q, kc, vc, kv_pos, q_pos = _setup(True, 40, 300, 2, 4, 64, garbage=False)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            outs.append(_run(q, kc, vc, 300, kv_pos, q_pos, 0.125, traces=False)[0])
-    finally:
-        set_num_threads(old)
+    outs = at_thread_counts(lambda: _run(q, kc, vc, 300, kv_pos, q_pos, 0.125, traces=False)[0])
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
 
 
@@ -305,14 +283,7 @@ def test_long_decode_split_over_kv_heads():
     one thread."""
     n_kv, n_ctx, G, H, D = 2400, 2560, 2, 14, 128
     q, kc, vc, kv_pos, q_pos = _setup(True, 1, n_kv, G, H, D, n_ctx=n_ctx, garbage=False)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            outs.append(_run(q, kc, vc, n_kv, kv_pos, q_pos, 0.088, traces=False)[0])
-    finally:
-        set_num_threads(old)
+    outs = at_thread_counts(lambda: _run(q, kc, vc, n_kv, kv_pos, q_pos, 0.088, traces=False)[0])
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
     n_pad = n_kv_padded(n_kv, n_ctx)
     kcells, vcells = _cells(kc, vc, n_pad, True)
@@ -355,17 +326,16 @@ def test_attention_rejects_bad_input():
 
 
 # --------------------------------------------------------------------------------------------------
-# the tiny F32 fixture models end to end (synapse kernels + reference F32 matmuls)
+# the tiny F32 fixture models end to end: the numpy reference (TinyF32Forward) against llama.cpp's logs and
+# logits, and synapse's attention kernel against the reference on the same (llama.cpp-identical) inputs
 
 CONFIGS = [(a, kv) for a in ("llama", "qwen2", "mistral3") for kv in ("kvf32", "kvf16")]
 
 
 def _log_record(recs, name, k, n_values):
     rs = recs[name]
-    if name.startswith("Qcur-"):
+    if name.startswith(("Qcur-", "Kcur-")):  # before and after RoPE
         return next(r for r in rs if r.op == ("RESHAPE" if k == 0 else "ROPE"))
-    if name.startswith("Kcur-"):
-        return next(r for r in rs if r.op == "ROPE")
     if name.startswith("norm-"):
         return rs[0]  # the attention norm (the FFN norm is logged under the same name)
     return [r for r in rs if r.n_elements == n_values][-1]
@@ -390,6 +360,31 @@ def test_prompt_batch_matches_evalcb_and_logits(arch, kv):
     assert checked >= 30
     for tok, logit in g["top5"][0]:
         assert np.float32(logits[tok]) == np.float32(logit), tok
+
+
+@needs_fixtures
+@pytest.mark.parametrize("arch,kv", CONFIGS)
+def test_attention_kernel_on_fixture_inputs(arch, kv):
+    """synapse's attention kernel, given the reference's Q and KV cells of the prompt batch (which match
+    llama.cpp's logs, see above), gives the reference's kq, kq_soft_max and kqv_out bit for bit."""
+    m, _, _ = prompt_run(arch, kv)
+    n_kv = m.n_used
+    T = m.trace["embd"][0].shape[0]
+    q_pos = np.arange(n_kv - T, n_kv, dtype=np.int32)
+    G, D = m.n_head_kv, m.hd
+    dt = np.uint16 if m.kv_f16 else np.float32
+    n_pad = n_kv_padded(n_kv, m.n_ctx)
+    scale = float(np.float32(1.0) / np.float32(np.sqrt(np.float32(D))))
+    for il in range(m.n_layer):
+        kc, vc = np.zeros((m.n_ctx, G, D), dt), np.zeros((G, D, m.n_ctx), dt)
+        cells = np.arange(n_kv, dtype=np.int32)
+        kv_store(kc, vc, m.k_cells[il][:n_kv], m.v_cells[il][:n_kv], cells)  # already F16-rounded: exact
+        q = m.trace.get(f"Qcur_attn_temp_scaled-{il}", m.trace[f"Qcur-{il}"])[-1]
+        out, kq, sm = _run(q, kc, vc, n_kv, m.kv_pos, q_pos, scale)
+        assert kq.shape[2] == n_pad
+        assert np.array_equal(bits(kq), bits(m.trace[f"kq-{il}"][0])), il
+        assert np.array_equal(bits(sm), bits(m.trace[f"kq_soft_max-{il}"][0])), il
+        assert np.array_equal(bits(out), bits(m.trace[f"kqv_out-{il}"][0])), il
 
 
 @needs_fixtures

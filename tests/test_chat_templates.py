@@ -104,8 +104,18 @@ def test_names_and_unknown_template():
     assert names == sorted(names, key=str.encode) and "chatml" in names and "llama3" in names
     assert len(names) == len(builtin.Tmpl) - 1  # dots1 has a formatter but no name
     assert builtin.chat_apply_template("INVALID TEMPLATE", CONVERSATION, True) is None
-    for name in names:  # every named template formats the conversation (none raises)
-        assert isinstance(builtin.chat_apply_template(name, CONVERSATION, True), str)
+    by_name = {}  # the table's cases whose template detects to a named built-in
+    for case in CASES:
+        by_name.setdefault(EXPECTED_DETECTION[case["name"]], []).append(case)
+    turns = [m["content"].strip() for m in CONVERSATION if m["role"] in ("user", "assistant")]
+    for name in names:
+        # every named template keeps every turn's text (yandex drops the system message, as llama.cpp does)
+        out = builtin.chat_apply_template(name, CONVERSATION, True)
+        assert all(t in out for t in turns), name
+        for case in by_name.get(name, []):  # by name it formats as by the template string it stands for
+            chat = CONVERSATION + case["extra_conversation"]
+            assert builtin.chat_apply_template(name, chat, True) == case["expected_output"], (name, case["name"])
+    assert len(set(names) & set(by_name)) >= 30
 
 
 def test_unknown_name_is_refused_with_llama_cpp_text():

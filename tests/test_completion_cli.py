@@ -76,13 +76,14 @@ def test_piped_conversation_keeps_history_and_ends_at_end_of_input():
 
 @pytest.mark.real
 def test_interactive_chat_on_a_terminal():
-    """A pty as stdin: the reply streams, `> ` asks for the next turn, Ctrl-D ends the session (exit 0)."""
+    """A pty as stdin: the reply streams, `> ` asks for the next turn, Ctrl-D ends the session (exit 0); the reply
+    is the one the same turn gets through a pipe."""
     model = real_model_path(SMOLLM2)
+    args = ["-m", str(model), "-cnv", "-sys", "You are a helpful assistant.", "-n", "16"]
     pid, fd = pty.fork()
     if pid == 0:  # child: synapse on the terminal
         os.environ["PYTHONPATH"] = str(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "synapse_cli", "decode", "-m", str(model), "-cnv",
-                                  "-sys", "You are a helpful assistant.", "-n", "16"])
+        os.execv(sys.executable, [sys.executable, "-m", "synapse_cli", "decode", *args])
     out = b""
 
     def read_until(marker: bytes, count: int, timeout: float = 240) -> None:
@@ -103,8 +104,14 @@ def test_interactive_chat_on_a_terminal():
     read_until(b"EOF by user", 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
-    reply = out.split(b"Name one primary color.", 1)[1]
-    assert len(reply.strip().split(b"> ")[0]) > 0  # the model answered
+    # the terminal echoes the typed line and ends lines with \r\n; the reply runs up to the next prompt
+    reply = out.replace(b"\r\n", b"\n").split(b"> Name one primary color.\n", 1)[1].split(b"\n> ", 1)[0]
+    p = subprocess.run([sys.executable, "-m", "synapse_cli", "decode", *args, "--json"],
+                       input=b"Name one primary color.\n", capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr.decode()
+    piped = json.loads(p.stdout)["stdout"].split("> ", 1)[1].split("\n> ", 1)[0]
+    assert piped and reply == piped.encode(), (reply, piped)
 
 
 @pytest.mark.real

@@ -9,11 +9,10 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, real_model_path
+from conftest import FIXTURES, TINY_MODELS, VOCABS, real_model_path
 
 from synapse_cli.cli import cli
 
-TINY = FIXTURES / "tiny" / "models"
 PROMPT = "Hello world, the quick brown fox"
 
 
@@ -26,7 +25,7 @@ def test_json_matches_llama_greedy(stem, cache):
     """Files whose every top1-top2 gap exceeds our measured deviation: the whole run must match."""
     suffix = "__kvf32" if cache == "f32" else ""
     rec = json.loads((FIXTURES / "tiny" / "greedy" / f"{stem}__pub{suffix}.json").read_text())
-    r = _run("-m", TINY / f"{stem}.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-ctk", cache, "-ctv", cache,
+    r = _run("-m", TINY_MODELS / f"{stem}.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-ctk", cache, "-ctv", cache,
              "-fa", "off", "--json")  # the fixtures: llama-completion -fa off
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -39,13 +38,13 @@ def test_json_matches_llama_greedy(stem, cache):
 
 
 def test_text_output_and_perf_lines(tmp_path):
-    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "8",
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "8",
                                  "-ctk", "f32", "-ctv", "f32", "-fa", "off"])
     assert r.exit_code == 0, r.output
     rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-F32__pub__kvf32.json").read_text())
     from tokenizer import load_tokenizer
 
-    tok = load_tokenizer(TINY / "tiny-llama-F32.gguf")
+    tok = load_tokenizer(TINY_MODELS / "tiny-llama-F32.gguf")
     want = b"".join(tok.token_to_piece(i, special=False) for i in rec["generated_ids"][:8]).decode("utf-8", "replace")
     # the prompt is echoed as its token pieces (llama-completion's display_prompt): SPM's "▁Hello" is " Hello"
     assert r.stdout.startswith(" " + PROMPT)
@@ -57,21 +56,27 @@ def test_text_output_and_perf_lines(tmp_path):
 def test_prompt_file_strips_one_newline_and_no_display_prompt(tmp_path):
     f = tmp_path / "p.txt"
     f.write_text(PROMPT + "\n")
-    r = _run("-m", TINY / "tiny-llama-F32.gguf", "-f", f, "-n", 2, "--json")
+    r = _run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-f", f, "-n", 2, "--json")
     assert json.loads(r.stdout)["prompt_ids"] == [1, 623, 645, 268, 389, 388, 451]
-    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "2", "--no-display-prompt"])
-    assert r.exit_code == 0 and PROMPT not in r.stdout
+    shown = _run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 2)
+    r = _run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 2, "--no-display-prompt")
+    assert r.exit_code == 0 and shown.stdout == " " + PROMPT + r.stdout  # the same run minus the echoed prompt
 
 
 def test_escapes_processed_unless_no_escape():
-    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json").stdout)
-    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", "a\\nb", "-n", 1, "--json", "--no-escape").stdout)
-    assert a["prompt_ids"] != b["prompt_ids"]
-    assert 13 in a["prompt_ids"]  # <0x0A>: the newline byte token of the tiny SPM vocabulary
+    from tokenizer import load_tokenizer
+
+    model = TINY_MODELS / "tiny-llama-F32.gguf"
+    tok = load_tokenizer(model)
+    a = json.loads(_run("-m", model, "-p", "a\\nb", "-n", 1, "--json").stdout)
+    b = json.loads(_run("-m", model, "-p", "a\\nb", "-n", 1, "--json", "--no-escape").stdout)
+    assert a["prompt_ids"] == tok.encode("a\nb", add_special=True, parse_special=True)
+    assert b["prompt_ids"] == tok.encode("a\\nb", add_special=True, parse_special=True)
+    assert 13 in a["prompt_ids"] and 13 not in b["prompt_ids"]  # <0x0A>: the tiny SPM vocabulary's newline byte
 
 
 def test_context_full_stops_with_reason():
-    r = _run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", -1, "-c", 256, "--json", "--ignore-eos")
+    r = _run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", -1, "-c", 256, "--json", "--ignore-eos")
     out = json.loads(r.stdout)
     assert out["stop"] == "ctx"
     assert len(out["prompt_ids"]) + len(out["generated_ids"]) == 256
@@ -79,9 +84,9 @@ def test_context_full_stops_with_reason():
 
 @pytest.mark.parametrize("args,msg", [
     (["-m", "nope.gguf", "-p", "x"], "nope.gguf"),
-    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "--repeat-penalty", "-1"], "repeat-penalty"),
-    (["-m", str(TINY / "tiny-llama-F32.gguf"), "-p", "x", "-t", "0"], "-t"),
-    (["-m", str(FIXTURES / "vocab" / "ggml-vocab-llama-spm.gguf"), "-p", "x"], "tensor"),
+    (["-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "--repeat-penalty", "-1"], "repeat-penalty"),
+    (["-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "-t", "0"], "-t"),
+    (["-m", str(VOCABS / "ggml-vocab-llama-spm.gguf"), "-p", "x"], "tensor"),
 ])
 def test_bad_input_is_one_clear_line(args, msg):
     r = CliRunner().invoke(cli, ["decode", *args])
@@ -127,21 +132,21 @@ def test_flash_attention_prompt_in_any_split_equals_token_by_token(fa):
     from synapse_cli.model import Context, Model
     from tokenizer import load_tokenizer
 
-    model = Model.load(TINY / "tiny-llama-Q8_0.gguf")
+    model = Model.load(TINY_MODELS / "tiny-llama-Q8_0.gguf")
     ids = load_tokenizer(model.reader).encode(PROMPT + " jumps over the lazy dog", add_special=True, parse_special=True)
     whole = Context(model, n_ctx=256, flash_attn=True).decode(ids, all_logits=True)
     ctx = Context(model, n_ctx=256, flash_attn=True)
     one = np.stack([ctx.decode([t]) for t in ids])
     assert np.array_equal(whole, one)
-    r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 4, "-fa", fa, "-no-cnv", "--json")
+    r = _run("-m", TINY_MODELS / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 4, "-fa", fa, "-no-cnv", "--json")
     assert r.exit_code == 0 and len(json.loads(r.stdout)["generated_ids"]) == 4
 
 
 def test_quantized_v_cache_enables_flash_attention_unless_it_is_off():
     """llama.cpp's default -fa auto turns flash attention on for a quantized V cache; -fa off is an error."""
-    r = _run("-m", TINY / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 2, "-ctk", "q8_0", "-ctv", "q8_0", "--json")
+    r = _run("-m", TINY_MODELS / "tiny-llama-Q8_0.gguf", "-p", PROMPT, "-n", 2, "-ctk", "q8_0", "-ctv", "q8_0", "--json")
     assert r.exit_code == 0 and len(json.loads(r.stdout)["generated_ids"]) == 2
-    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-Q8_0.gguf"), "-p", "x", "-ctv", "q8_0",
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-Q8_0.gguf"), "-p", "x", "-ctv", "q8_0",
                                  "-fa", "off"])
     assert r.exit_code != 0 and "quantized V cache requires flash_attn" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -161,15 +166,15 @@ def test_end_of_generation_is_reported_and_marked():
 
 def test_n_predict_zero_generates_nothing():
     """llama-completion -n 0 runs no generation loop: no token, no prompt echo, only the closing lines."""
-    out = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0, "--json").stdout)
+    out = json.loads(_run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0, "--json").stdout)
     assert out["generated_ids"] == [] and out["stop"] == "limit"
-    assert _run("-m", TINY / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0).stdout == "\n\n"
+    assert _run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", PROMPT, "-n", 0).stdout == "\n\n"
 
 
 def test_prompt_too_long_fails_before_any_output(tmp_path):
     f = tmp_path / "long.txt"
     f.write_text("word " * 400)
-    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY / "tiny-llama-F32.gguf"), "-f", str(f), "-c", "10"])
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-f", str(f), "-c", "10"])
     assert r.exit_code != 0 and r.stdout == ""
     assert "prompt is too long" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -178,9 +183,9 @@ def test_prompt_bytes_that_are_not_utf8_are_tokenized(tmp_path):
     """-f and -p take raw bytes as llama.cpp does (the same ids as tokenize, which checks against llama-tokenize)."""
     f = tmp_path / "bad.txt"
     f.write_bytes(b"ab\xffcd\n")
-    a = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-f", f, "-n", 1, "--json").stdout)
-    b = json.loads(_run("-m", TINY / "tiny-llama-F32.gguf", "-p", r"ab\xffcd", "-n", 1, "--json").stdout)
+    a = json.loads(_run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-f", f, "-n", 1, "--json").stdout)
+    b = json.loads(_run("-m", TINY_MODELS / "tiny-llama-F32.gguf", "-p", r"ab\xffcd", "-n", 1, "--json").stdout)
     from tokenizer import load_tokenizer
 
-    want = load_tokenizer(TINY / "tiny-llama-F32.gguf").encode(b"ab\xffcd", add_special=True, parse_special=True)
+    want = load_tokenizer(TINY_MODELS / "tiny-llama-F32.gguf").encode(b"ab\xffcd", add_special=True, parse_special=True)
     assert a["prompt_ids"] == b["prompt_ids"] == want

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,8 @@ from click.testing import CliRunner
 from synapse_cli import evalcb
 from synapse_cli.cli import cli
 
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES
+
 EVALCB = FIXTURES / "tiny" / "evalcb"
 LOG32 = EVALCB / "tiny-llama-F32__pub__kvf32.log"
 LOG16 = EVALCB / "tiny-llama-F32__pub__kvf16.log"

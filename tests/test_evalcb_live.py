@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, real_model_path
+from conftest import FIXTURES, TINY_MODELS, real_model_path
 
 from synapse_cli import evalcb
 from synapse_cli.evalcb import TraceRecorder, diff_traces, load_trace
@@ -63,7 +63,7 @@ def _check(ours, log: Path):
 def test_tiny_trace_matches_llama_eval_callback(log):
     stem = log.name.split("__")[0]
     cache = "f32" if "kvf32" in log.name else "f16"
-    _check(_trace(FIXTURES / "tiny" / "models" / f"{stem}.gguf", "Hello world, the quick brown fox", cache), log)
+    _check(_trace(TINY_MODELS / f"{stem}.gguf", "Hello world, the quick brown fox", cache), log)
 
 
 @pytest.mark.real
@@ -91,7 +91,7 @@ def test_cli_diff_live_against_log_exit_code():
     from synapse_cli.cli import cli
 
     log = FIXTURES / "tiny" / "evalcb" / "tiny-llama-Q8_0__pub__kvf16.log"
-    model = FIXTURES / "tiny" / "models" / "tiny-llama-Q8_0.gguf"
+    model = TINY_MODELS / "tiny-llama-Q8_0.gguf"
     r = CliRunner().invoke(cli, ["eval-callback", "diff", "--model", str(model), "--prompt",
                                  "Hello world, the quick brown fox", "-t", "2", "-fa", "off", str(log)])
     assert r.exit_code == 0, r.output
@@ -119,7 +119,7 @@ def test_tiny_flash_attention_trace_matches_llama_eval_callback(log):
     transposed; with an F32 cache the K/V views cast to F16 by CPY nodes) and its values."""
     stem = log.name.split("__")[0]
     cache = "f32" if "kvf32" in log.name else "f16"
-    _check(_trace(FIXTURES / "tiny" / "models" / f"{stem}.gguf", "Hello world, the quick brown fox", cache, True), log)
+    _check(_trace(TINY_MODELS / f"{stem}.gguf", "Hello world, the quick brown fox", cache, True), log)
 
 
 @pytest.mark.real

@@ -14,12 +14,12 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, TINY_MODELS, VOCABS
 
 from synapse_cli.cli import cli
 
-TINY = str(FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf")
-TINY_Q8 = str(FIXTURES / "tiny" / "models" / "tiny-llama-Q8_0.gguf")
+TINY = str(TINY_MODELS / "tiny-llama-F32.gguf")
+TINY_Q8 = str(TINY_MODELS / "tiny-llama-Q8_0.gguf")
 
 
 def _run(*args, input=None):
@@ -118,13 +118,13 @@ def test_prompt_file_rule_is_llama_cpps(tmp_path):
     from tokenizer import load_tokenizer
 
     want = load_tokenizer(TINY_Q8).encode("Hello\tworld", add_special=True, parse_special=True)
-    assert f"number of input tokens = {len(want)}" in r.stderr
+    assert f"number of input tokens = {len(want)}\n" + "".join(f"  {t}\n" for t in want) in r.stderr  # the ids
 
 
 # --- tokenize --jsonl ---------------------------------------------------------------------------------------------
 
 def test_jsonl_answers_every_line():
-    vocab = str(FIXTURES / "vocab" / "ggml-vocab-llama-spm.gguf")
+    vocab = str(VOCABS / "ggml-vocab-llama-spm.gguf")
     r = _run("tokenize", "-m", vocab, "--jsonl", "-",
              input='{"text": "ok"}\n\n{"text": "x", "bogus": 1}\nnot json\n{"text": "Hello"}\n')
     out = [json.loads(x) for x in r.stdout.splitlines()]

@@ -579,7 +579,7 @@ def test_key_not_utf8():
 def test_release_keeps_tensor_views_valid():
     """GGUFReader.release drops a tensor's resident pages (the loader calls it for repacked weights); the
     zero-copy view must still read the file's bytes afterwards, and an in-memory reader ignores it."""
-    path = FIXTURES / "tiny" / "models" / "tiny-llama-Q4_K_M.gguf"
+    path = TINY_MODELS / "tiny-llama-Q4_K_M.gguf"
     r = GGUFReader(path)
     before = {t.name: t.data.copy() for t in r.tensors}
     for t in r.tensors:

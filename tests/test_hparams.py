@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, real_model_path
+from conftest import FIXTURES, TINY_MODELS, real_model_path
 
 from kernels.gguf import GGUFReader
 from synapse_cli.hparams import attn_temp_scale, load_hparams
@@ -26,7 +26,7 @@ def _print_info(log_text: str) -> dict[str, str]:
 def _model_for_log(log) -> str:
     stem = log.name.split("__")[0]
     if log.parent.parent.name == "tiny":
-        return str(FIXTURES / "tiny" / "models" / f"{stem}.gguf")
+        return str(TINY_MODELS / f"{stem}.gguf")
     return str(real_model_path(stem + ".gguf"))
 
 
@@ -54,7 +54,7 @@ def test_mistral3_yarn_attn_factor_and_temperature():
     log = (FIXTURES / "tiny" / "evalcb" / "tiny-mistral3-F32__pub__kvf32.log").read_text()
     m = re.search(r"setting new yarn_attn_factor = ([\d.]+)", log)
     assert m is not None
-    hp = load_hparams(GGUFReader(FIXTURES / "tiny" / "models" / "tiny-mistral3-F32.gguf"))
+    hp = load_hparams(GGUFReader(TINY_MODELS / "tiny-mistral3-F32.gguf"))
     assert hp.yarn_ext_factor == 1.0 and hp.rope_scaling_type == "yarn"
     # hparams store the factor after the 1/(1 + 0.1 ln 16) correction; undo it to compare with the log
     logged = np.float32(hp.yarn_attn_factor) * np.float32(1.0 + 0.1 * np.log(np.float32(16.0)))

@@ -9,8 +9,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from conftest import FIXTURES  # noqa: E402
-
+from conftest import TINY_MODELS  # noqa: E402
 from kernels import kv_cache  # noqa: E402
 from kernels.errors import ModelError  # noqa: E402
 from synapse_cli.model import Context, Model  # noqa: E402
@@ -48,7 +47,7 @@ def test_fwht_is_the_orthonormal_hadamard_transform():
 
 
 def test_cache_type_rules():
-    model = Model.load(FIXTURES / "tiny" / "models" / "tiny-llama-Q8_0.gguf")
+    model = Model.load(TINY_MODELS / "tiny-llama-Q8_0.gguf")
     with pytest.raises(ModelError, match="quantized V cache requires flash_attn"):
         Context(model, n_ctx=256, cache_type_k="f16", cache_type_v="q8_0", flash_attn=False)
     with pytest.raises(ModelError, match="without flash attention"):

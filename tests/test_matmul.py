@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +20,8 @@ from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
 from kernels.errors import ModelError
 from kernels.gguf import GGUFReader
 
-from conftest import REPO  # noqa: E402
-from conftest import FIXTURES  # noqa: E402
-TINY = FIXTURES / "tiny" / "models"
+from conftest import REPO, TINY_MODELS
+
 TYPES = [G.F32, G.F16, G.BF16, G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K]
 # a fixture file holding each type (first tensor of that type is used)
 FIXTURE_FILE = {G.F32: "tiny-llama-F32.gguf", G.F16: "tiny-llama-F16.gguf", G.BF16: "tiny-llama-BF16.gguf",
@@ -79,7 +77,7 @@ def test_odd_block_count_matches_reference(t, K):
 
 @pytest.mark.parametrize("t", list(FIXTURE_FILE), ids=[t.name for t in FIXTURE_FILE])
 def test_fixture_tensor_matches_reference(t):
-    path = TINY / FIXTURE_FILE[t]
+    path = TINY_MODELS / FIXTURE_FILE[t]
     if not path.exists():
         pytest.skip("fixtures missing")
     tensor = next(ti for ti in GGUFReader(path).tensors if ti.ggml_type == t and len(ti.ne) == 2)

@@ -9,14 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import REPO, TINY_MODELS, at_thread_counts
 
-from kernels.config import get_num_threads, set_num_threads
 from synapse_cli.model import Context, Model
 
 PROMPT = [1, 623, 645, 268, 389, 388, 451, 47, 47, 221, 865]
@@ -24,7 +22,7 @@ MODELS = ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32", "tiny-lla
 
 
 def _load(name: str) -> Model:
-    return Model.load(FIXTURES / "tiny" / "models" / f"{name}.gguf")
+    return Model.load(TINY_MODELS / f"{name}.gguf")
 
 
 def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None, prompt: list[int] = PROMPT,
@@ -100,15 +98,7 @@ def test_cold_cache_token_by_token_batches_and_warm_steps():
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0"])
 def test_thread_count_does_not_change_results(name):
     model = _load(name)
-    before = get_num_threads()
-    results = []
-    try:
-        for n in (1, 2):
-            set_num_threads(n)
-            ctx = Context(model, n_ctx=256)
-            results.append(ctx.decode(PROMPT, all_logits=True))
-    finally:
-        set_num_threads(before)
+    results = at_thread_counts(lambda: Context(model, n_ctx=256).decode(PROMPT, all_logits=True))
     assert np.array_equal(results[0], results[1])
 
 
@@ -163,9 +153,9 @@ def test_repacked_weights_leave_the_mapping():
     a kernel layout, its mapped bytes are released, so the copy and the original are not both resident.
     Measured in a fresh process: the file mapping's resident bytes after Model.load stay below the file size
     minus every repacked tensor (plus two pages per tensor for partial pages)."""
-    path = str(FIXTURES / "tiny" / "models" / "tiny-llama-Q4_K_M.gguf")
+    path = str(TINY_MODELS / "tiny-llama-Q4_K_M.gguf")
     r = subprocess.run([sys.executable, "-c", _RSS_PROBE, path], capture_output=True, text=True, timeout=300,
-                       cwd=str(Path(__file__).resolve().parent.parent))
+                       cwd=REPO)
     assert r.returncode == 0, r.stderr
     size, repacked, n_tensors, rss = map(int, r.stdout.split())
     if repacked == 0:

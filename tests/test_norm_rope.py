@@ -6,26 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import at_thread_counts, bits, needs_fixtures
 from elementwise_reference import (
-    TINY_F32,
     check_against_record,
     corr_dims_ref,
-    evalcb_log,
     log_records,
     prompt_run,
     rms_norm_ref,
     rope_ref_f32,
     rope_ref_f64,
 )
-from kernels.config import get_num_threads, set_num_threads
 from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
 from kernels.rope import rope, rope_cache, rope_ext, rope_qk, rope_qk_cached, rope_yarn_corr_dims
-
-needs_fixtures = pytest.mark.skipif(not TINY_F32["llama"].exists(), reason="fixtures not present")
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -83,16 +75,13 @@ def test_norm_threads_invariant():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((300, 896)).astype(np.float32)  # large enough for the prange path
     w = rng.standard_normal(896).astype(np.float32)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            o = np.empty_like(x)
-            rms_norm_mul(x, 1e-5, w, o)
-            outs.append(o)
-    finally:
-        set_num_threads(old)
+
+    def run():
+        o = np.empty_like(x)
+        rms_norm_mul(x, 1e-5, w, o)
+        return o
+
+    outs = at_thread_counts(run)
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
     assert np.array_equal(bits(outs[0]), bits(rms_norm_ref(x, 1e-5) * w))
 
@@ -153,6 +142,7 @@ def test_rope_close_to_float64_formula(case):
 
 def test_corr_dims():
     assert rope_yarn_corr_dims(64, 4, 1e6, 0.25, 0.01) == (2.0, 10.0)  # fixtures README, tiny-mistral3
+    assert corr_dims_ref(64, 4, 1e6, 0.25, 0.01) == (2.0, 10.0)
     for args in [(64, 4096, 10000.0, 32.0, 1.0), (128, 32768, 1e6, 32.0, 1.0), (64, 8192, 500000.0, 32.0, 1.0),
                  (64, 1, 10000.0, 32.0, 1.0)]:
         assert rope_yarn_corr_dims(*args) == corr_dims_ref(*args)
@@ -197,16 +187,13 @@ def test_rope_threads_invariant():
     neox, fb, fs, ef, af, nco, bf, bs, ff, nd, D = ROPE_CASES["neox"]
     x, pos = _rope_inputs(D, T=400, H=14, pos_scale=1)
     cd = rope_yarn_corr_dims(nd, nco, fb, bf, bs)
-    outs = []
-    old = get_num_threads()
-    try:
-        for nt in (1, 2):
-            set_num_threads(nt)
-            o = np.empty_like(x)
-            rope(x, pos, o, nd, neox, fb, fs, ef, af, cd, ff)
-            outs.append(o)
-    finally:
-        set_num_threads(old)
+
+    def run():
+        o = np.empty_like(x)
+        rope(x, pos, o, nd, neox, fb, fs, ef, af, cd, ff)
+        return o
+
+    outs = at_thread_counts(run)
     assert np.array_equal(bits(outs[0]), bits(outs[1]))
 
 
@@ -227,18 +214,22 @@ def test_rope_rejects_bad_shapes():
 @needs_fixtures
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral3"])
 def test_rope_matches_evalcb_log(arch):
-    """The pipeline's Q before RoPE (reshape) reproduces the logged input, so comparing the ROPE outputs
-    tests the rope kernel: every printed value within 5e-5 (4 decimals) and the float32 sum of all
-    values printed identically (a bit-level check of the whole tensor)."""
+    """The reference pipeline's Q and K before RoPE reproduce the logged inputs (reshape), so running the
+    rope kernel on them tests it against llama.cpp: every printed value of its output within 5e-5
+    (4 decimals), the float32 sum of all values printed identically (a bit-level check of the whole
+    tensor), and the reference's RoPE output equal bit for bit."""
     m, _, _ = prompt_run(arch, "kvf32")
     recs = log_records(arch, "kvf32")
+    pos = np.arange(m.trace["embd"][0].shape[0], dtype=np.int32)
     for il in range(m.n_layer):
-        q_in, q_out = m.trace[f"Qcur-{il}"]
-        rec_in = next(r for r in recs[f"Qcur-{il}"] if r.op == "RESHAPE")
-        rec_q = next(r for r in recs[f"Qcur-{il}"] if r.op == "ROPE")
-        rec_k = next(r for r in recs[f"Kcur-{il}"] if r.op == "ROPE")
-        for value, rec in ((q_in, rec_in), (q_out, rec_q), (m.trace[f"Kcur-{il}"][0], rec_k)):
-            same_sum, diff = check_against_record(value, rec)
-            assert diff <= 5e-5, (arch, il, rec.op)
-            assert same_sum, (arch, il, rec.name, rec.op)
-    assert evalcb_log(arch, "kvf32").exists()
+        for name in (f"Qcur-{il}", f"Kcur-{il}"):
+            x_in, x_ref = m.trace[name]
+            rec_in = next(r for r in recs[name] if r.op == "RESHAPE")
+            rec_out = next(r for r in recs[name] if r.op == "ROPE")
+            out = np.empty_like(x_in)
+            rope(x_in, pos, out, *m.rope_args)
+            assert np.array_equal(bits(out), bits(x_ref)), (arch, name)
+            for value, rec in ((x_in, rec_in), (out, rec_out)):
+                same_sum, diff = check_against_record(value, rec)
+                assert diff <= 5e-5, (arch, name, rec.op)
+                assert same_sum, (arch, name, rec.op)

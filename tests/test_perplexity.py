@@ -7,7 +7,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, real_model_path
+from conftest import FIXTURES, TINY_MODELS, real_model_path
 
 from synapse_cli.cli import cli
 
@@ -42,7 +42,7 @@ def test_tiny_model_agrees_with_llama_perplexity():
     (this run) the double path is taken: the final estimate is the same, the running values agree to one unit of
     the 4th decimal (chunk 1: 1033.742036 here; the float path, exact, in the base-file test below)."""
     want_chunks, want_final = _llama("tiny/perplexity/tiny-llama-F32__c128.log")
-    chunks, final, _ = _ours(FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf")
+    chunks, final, _ = _ours(TINY_MODELS / "tiny-llama-F32.gguf")
     assert final == want_final
     assert all(abs(float(a) - float(b)) <= 1.5e-4 for a, b in zip(chunks, want_chunks)) and len(chunks) == 4
 
@@ -50,7 +50,7 @@ def test_tiny_model_agrees_with_llama_perplexity():
 def test_short_text_and_missing_context_are_one_line(tmp_path):
     f = tmp_path / "short.txt"
     f.write_text("too short")
-    tiny = str(FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf")
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f), "-c", "128"])
     assert r.exit_code == 1 and "you need at least 256 tokens" in r.stderr
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f)])
@@ -64,7 +64,7 @@ def test_kl_divergence_base_file_is_llama_perplexitys_bytes(tmp_path):
     """--kl-divergence-base writes llama.cpp's file byte for byte (header, tokens, 16-bit log-probability levels),
     and the PPL lines of that run are those of its log (the float path of llama-perplexity's nll)."""
     out = tmp_path / "base.kld"
-    tiny = FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf"
+    tiny = TINY_MODELS / "tiny-llama-F32.gguf"
     r = CliRunner().invoke(cli, ["perplexity", "-m", str(tiny), *ARGS, "--kl-divergence-base", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_bytes() == KLD_BASE.read_bytes()
@@ -81,7 +81,7 @@ def _content_lines(text: str) -> list[str]:
 def test_kl_divergence_prints_llama_perplexitys_tables(name):
     """--kl-divergence against the fixtures' base file: the per-chunk table and the three statistics blocks,
     line for line as llama-perplexity printed them (fixtures tiny/perplexity/*__kld.log)."""
-    r = CliRunner().invoke(cli, ["perplexity", "-m", str(FIXTURES / "tiny" / "models" / f"{name}.gguf"), "-c", "128",
+    r = CliRunner().invoke(cli, ["perplexity", "-m", str(TINY_MODELS / f"{name}.gguf"), "-c", "128",
                                  "-b", "128", "-fa", "off", "-t", "2", "--llama-batch-order",
                                  "--kl-divergence-base", str(KLD_BASE), "--kl-divergence"])
     assert r.exit_code == 0, r.output
@@ -91,7 +91,7 @@ def test_kl_divergence_prints_llama_perplexitys_tables(name):
 
 
 def test_kl_divergence_refuses_foreign_or_truncated_base_files(tmp_path):
-    tiny = str(FIXTURES / "tiny" / "models" / "tiny-llama-F32.gguf")
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
     bad = tmp_path / "bad.kld"
     bad.write_bytes(b"_logits_" + (128).to_bytes(4, "little") + (99).to_bytes(4, "little") + (4).to_bytes(4, "little"))
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "128", "--kl-divergence-base", str(bad), "--kl-divergence"])

@@ -3,7 +3,6 @@ numpy re-implementations of ggml's quantize_row_q8_0 / q8_1 (x86 and generic) an
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,12 +17,9 @@ from kernels.quants.vec_dot_type import quantize_activations, to_blocks  # noqa:
 from kernels.errors import ModelError  # noqa: E402
 from kernels.gguf import GGUFReader  # noqa: E402
 
-from conftest import REPO  # noqa: E402
-from conftest import FIXTURES  # noqa: E402
-TINY_MODELS = sorted((FIXTURES / "tiny" / "models").glob("*.gguf"))
-REAL_MODELS = [REPO / "models" / n for n in (
-    "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf",
-    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")]
+from conftest import REAL_MODELS, TINY_MODELS, real_model_path  # noqa: E402
+
+TINY_FILES = sorted(TINY_MODELS.glob("*.gguf"))
 QUANT_TYPES = [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K]
 ALL_TYPES = [G.F32, G.F16, G.BF16] + QUANT_TYPES
 
@@ -41,8 +37,8 @@ def _gguf_py(ggml_type, raw: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------ dequantize
 
-@pytest.mark.skipif(not TINY_MODELS, reason="fixture models missing")
-@pytest.mark.parametrize("path", TINY_MODELS, ids=lambda p: p.name)
+@pytest.mark.skipif(not TINY_FILES, reason="fixture models missing")
+@pytest.mark.parametrize("path", TINY_FILES, ids=lambda p: p.name)
 def test_dequantize_fixture_model_tensors(path):
     r = GGUFReader(path)
     for t in r.tensors:
@@ -51,11 +47,10 @@ def test_dequantize_fixture_model_tensors(path):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("path", REAL_MODELS, ids=lambda p: p.name)
-def test_dequantize_real_model_tensors(path):
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_dequantize_real_model_tensors(name):
     """Every tensor of the real models, first 16 rows of each (gguf-py is slow on the full 1.5B file)."""
-    if not path.exists():
-        pytest.skip(f"{path.name} not fetched (make models)")
+    path = real_model_path(name)
     r = GGUFReader(path)
     seen = set()
     for t in r.tensors:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES
+from conftest import TINY_MODELS
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
@@ -109,7 +109,7 @@ EVALCB = sorted((REF / "evalcb").glob("*.log"))
 def _model_path(stem: str) -> str:
     """A re-quantized model of tests/reference/models, or a fixtures tiny model (tiny-llama-Q8_0)."""
     path = REF / "models" / f"{stem}.gguf"
-    return str(path if path.exists() else FIXTURES / "tiny" / "models" / f"{stem}.gguf")
+    return str(path if path.exists() else TINY_MODELS / f"{stem}.gguf")
 
 
 def _log_args(stem: str) -> list[str]:

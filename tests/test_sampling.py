@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import REPO, VOCABS
 from synapse_cli.sampling import samplers as S
 from synapse_cli.sampling.rng import MT19937, canonical_double, canonical_float, discrete_distribution
 from synapse_cli.sampling.stdsort import std_partial_sort, std_sort
@@ -92,7 +92,7 @@ def _chains(n_vocab, vocab_pieces, tokenize):
 def qwen2_vocab():
     from tokenizer import load_tokenizer
 
-    tok = load_tokenizer(FIXTURES / "vocab" / "ggml-vocab-qwen2.gguf")
+    tok = load_tokenizer(VOCABS / "ggml-vocab-qwen2.gguf")
     pieces = [tok.detokenize_bytes([i], unparse_special=True) for i in range(tok.vocab.n_tokens)]
     return tok.vocab.n_tokens, pieces, lambda b: tok.encode(b, add_special=False, parse_special=False)
 

@@ -16,12 +16,11 @@ import subprocess
 import sys
 import time
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, REPO, VOCABS, real_model_path
+from conftest import FIXTURES, REPO, TINY_MODELS, VOCABS, real_model_path, write_vocab_gguf
 
 from synapse_cli.cli import cli
 from synapse_cli.commands.tokenize import process_escapes, render_pieces
@@ -121,21 +120,6 @@ def test_jsonl_batch_matches_fixture(tmp_path):
     assert r.stdout_bytes == b'{"ids": [1, 623]}\n{"ids": [623]}\n'
 
 
-def _gguf(path: Path, **kv) -> str:
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), "llama")
-    for k, v in kv.items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, list):
-            w.add_array(k, v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.close()
-    return str(path)
-
-
 def _assert_clean_error(r, needle: str):
     assert r.exit_code == 1, (r.exit_code, r.output)
     err = r.stderr_bytes.decode()
@@ -147,10 +131,10 @@ def test_bad_input(tmp_path):
     _assert_clean_error(run(["-m", str(tmp_path / "nope.gguf"), "-p", "x"]), "nope.gguf")
     _assert_clean_error(run(["-m", TINY, "-f", str(tmp_path / "nope.txt")]), "nope.txt")
     _assert_clean_error(run(["-m", TINY]), "--prompt")
-    novocab = _gguf(tmp_path / "novocab.gguf", **{"general.name": "x"})
+    novocab = write_vocab_gguf(tmp_path / "novocab.gguf", {"general.name": "x"})
     _assert_clean_error(run(["-m", novocab, "-p", "x"]), "no vocabulary")
-    weird = _gguf(tmp_path / "weird.gguf", **{"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "no-such-pre",
-                                              "tokenizer.ggml.tokens": ["a", "b"], "tokenizer.ggml.merges": ["a b"]})
+    weird = write_vocab_gguf(tmp_path / "weird.gguf", {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "no-such-pre",
+                                                       "tokenizer.ggml.tokens": ["a", "b"], "tokenizer.ggml.merges": ["a b"]})
     _assert_clean_error(run(["-m", weird, "-p", "x"]), "unknown pre-tokenizer type: 'no-such-pre'")
     req = tmp_path / "bad.jsonl"
     req.write_text('{"text": "ok"}\nnot json\n')
@@ -189,7 +173,7 @@ def test_invalid_utf8_is_tokenized_as_llama_tokenize_does(case, model):
     """Bytes that are not valid UTF-8 are tokenized, not refused: llama-tokenize's output byte for byte
     (tests/reference/README.md), from -f and from the same bytes given with -p."""
     if model.startswith("tiny"):
-        path = str(FIXTURES / "tiny" / "models" / f"{model}.gguf")
+        path = str(TINY_MODELS / f"{model}.gguf")
     else:
         path = str(real_model_path(f"{model}.gguf"))
     want = (REF_TOKENIZE / f"{case}.{model}.out").read_bytes()

@@ -119,11 +119,9 @@ def rwkv_vocab(tmp_path_factory) -> str:
 
 
 def test_rwkv_ids_equal_llama_tokenize(rwkv_vocab):
-    from conftest import FIXTURES as F
-
     tok = tok_for(rwkv_vocab)
     assert tok.vocab.type == "rwkv" and not tok.vocab.add_bos
-    texts = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}
+    texts = {d["case_id"]: d["text"] for d in json.loads((FIXTURES / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}
     lines = [json.loads(x) for x in (RWKV / "ids.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 88
     bad = [(d["case_id"], d["parse_special"]) for d in lines
@@ -133,11 +131,10 @@ def test_rwkv_ids_equal_llama_tokenize(rwkv_vocab):
 
 @pytest.mark.parametrize("case", ["multi_script", "emoji", "python_code", "spm_specials"])
 def test_rwkv_pieces_equal_llama_tokenize(case, rwkv_vocab):
-    from conftest import FIXTURES as F
     from synapse_cli.commands.tokenize import render_pieces
 
     tok = tok_for(rwkv_vocab)
-    text = {d["case_id"]: d["text"] for d in json.loads((F / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}[case]
+    text = {d["case_id"]: d["text"] for d in json.loads((FIXTURES / "tokenizer" / "texts.json").read_text(encoding="utf-8"))}[case]
     assert render_pieces(tok, tok.encode(text, True, True)) == (RWKV / f"pieces__{case}.txt").read_bytes()
 
 

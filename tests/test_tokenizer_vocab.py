@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, QWEN_05B, QWEN_15B, SMOLLM2, VOCABS, real_model_path
+from conftest import FIXTURES, QWEN_05B, QWEN_15B, SMOLLM2, VOCABS, real_model_path, write_vocab_gguf
 
 from tokenizer import load_tokenizer
 from tokenizer.unicode import utf8_encode
@@ -162,29 +162,12 @@ def test_phi3_rstrip_attributes():
 
 # --- synthetic vocabularies --------------------------------------------------------------------------
 
-def write_gguf(path, kv: dict) -> str:
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), "llama")
-    for k, v in kv.items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, list) and v and isinstance(v[0], int):
-            w.add_array(k, v)  # int32 token types
-        elif isinstance(v, list):
-            w.add_array(k, v)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.close()
-    return str(path)
-
-
 def test_lstrip_attribute_strips_spaces_left_of_the_token(tmp_path):
     """jina-v2-* vocabularies give <mask> LSTRIP: "a  <mask>" loses the spaces before <mask>."""
     kv = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "\u0120", "\u0120b", "<mask>"],
           "tokenizer.ggml.token_type": [1, 1, 1, 1, 3], "tokenizer.ggml.merges": ["\u0120 b"]}
-    strip = load_tokenizer(write_gguf(tmp_path / "j.gguf", {**kv, "tokenizer.ggml.pre": "jina-v2-code"}))
-    plain = load_tokenizer(write_gguf(tmp_path / "g.gguf", {**kv, "tokenizer.ggml.pre": "gpt-2"}))
+    strip = load_tokenizer(write_vocab_gguf(tmp_path / "j.gguf", {**kv, "tokenizer.ggml.pre": "jina-v2-code"}))
+    plain = load_tokenizer(write_vocab_gguf(tmp_path / "g.gguf", {**kv, "tokenizer.ggml.pre": "gpt-2"}))
     assert strip.encode("a  <mask>  b", False, True) == [0, 4, 2, 3]
     assert plain.encode("a  <mask>  b", False, True) == [0, 2, 2, 4, 2, 3]
     assert strip.vocab.bos_id == -1  # BPE default 11 is out of range: disabled
@@ -204,4 +187,4 @@ def test_unloadable_vocabularies(tmp_path):
     }
     for i, (msg, kv) in enumerate(cases.items()):
         with pytest.raises(SynapseError, match=re.escape(msg)):
-            load_tokenizer(write_gguf(tmp_path / f"{i}.gguf", kv))
+            load_tokenizer(write_vocab_gguf(tmp_path / f"{i}.gguf", kv))

@@ -98,28 +98,21 @@ def merge_word_queue(symbols: list[bytes], ranks: dict[bytes, int]) -> list[byte
 LONG_WORD = 64  # beyond this many symbols the quadratic scan loses to the heap
 
 
-def symbols_to_ids(symbols: list[bytes], token_to_id: dict[bytes, int], out: list[int]) -> None:
-    """Final symbols -> ids; an unknown symbol contributes the tokens of its single bytes, if any."""
+# the token text an unknown symbol's byte falls back to: the byte itself (std::string(1, byte)), or, for
+# SPM-style BPE (byte_encode off, gemma4), its <0xXX> token
+BYTE_TOKENS = tuple(bytes((b,)) for b in range(256))
+HEX_BYTE_TOKENS = tuple(b"<0x%02X>" % b for b in range(256))
+
+
+def symbols_to_ids(symbols: list[bytes], token_to_id: dict[bytes, int], out: list[int],
+                   byte_tokens: tuple[bytes, ...] = BYTE_TOKENS) -> None:
+    """Final symbols -> ids; an unknown symbol contributes the tokens of its bytes (`byte_tokens[b]`), if any."""
     for s in symbols:
         tid = token_to_id.get(s)
         if tid is not None:
             out.append(tid)
             continue
         for b in s:
-            tid = token_to_id.get(bytes((b,)))  # std::string(1, byte)
-            if tid is not None:
-                out.append(tid)
-
-
-def symbols_to_ids_hex(symbols: list[bytes], token_to_id: dict[bytes, int], out: list[int]) -> None:
-    """Final symbols -> ids for SPM-style BPE (byte_encode off, gemma4): an unknown symbol contributes
-    the <0xXX> tokens of its bytes, if any."""
-    for s in symbols:
-        tid = token_to_id.get(s)
-        if tid is not None:
-            out.append(tid)
-            continue
-        for b in s:
-            tid = token_to_id.get(b"<0x%02X>" % b)
+            tid = token_to_id.get(byte_tokens[b])
             if tid is not None:
                 out.append(tid)

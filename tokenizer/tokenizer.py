@@ -18,7 +18,8 @@ import codecs
 import re
 from itertools import chain
 
-from .bpe import LONG_WORD, build_ranks, merge_word, merge_word_queue, symbols_to_ids, symbols_to_ids_hex, word_symbols
+from .bpe import (BYTE_TOKENS, HEX_BYTE_TOKENS, LONG_WORD, build_ranks, merge_word, merge_word_queue, symbols_to_ids,
+                  word_symbols)
 from .spm import spm_tokenize
 from .unicode import WHITESPACE, RegexSplitter, byte_decode, cpt_flags, tolower, utf8_decode_llama, utf8_encode
 from .vocab import (
@@ -211,10 +212,7 @@ class Tokenizer:
             self._ranks = build_ranks(v.merges)
         symbols = merge_word(symbols, self._ranks) if len(symbols) <= LONG_WORD else merge_word_queue(symbols, self._ranks)
         ids: list[int] = []
-        if byte_encode:
-            symbols_to_ids(symbols, t2i, ids)
-        else:
-            symbols_to_ids_hex(symbols, t2i, ids)
+        symbols_to_ids(symbols, t2i, ids, BYTE_TOKENS if byte_encode else HEX_BYTE_TOKENS)
         return tuple(ids)
 
     # --- special-token partition (tokenizer_st_partition) -----------------------------------------

@@ -104,9 +104,10 @@ def _get_uint(reader, key: str):
     return int(v)
 
 
-def _get_bool(reader, key: str):
+def _get_bool(reader, key: str, default=None):
+    """The bool at `key`, or `default` when it is absent or not a bool (llama.cpp's optional get_key)."""
     v = reader.get(key)
-    return bool(v) if isinstance(v, (bool, np.bool_)) else None
+    return bool(v) if isinstance(v, (bool, np.bool_)) else default
 
 
 def _array(reader, key: str, kinds: str, what: str):
@@ -340,12 +341,9 @@ def load_vocab(reader) -> Vocab:
         v.add_bos, v.add_eos = False, True
     elif vtype == "rwkv":
         v.add_space_prefix, v.clean_spaces, v.add_bos, v.add_eos = False, False, False, False
-    asp = _get_bool(reader, "tokenizer.ggml.add_space_prefix")
-    if asp is not None:
-        v.add_space_prefix = asp
-    rew = _get_bool(reader, "tokenizer.ggml.remove_extra_whitespaces")
-    if rew is not None:
-        v.remove_extra_whitespaces = rew
+    v.add_space_prefix = _get_bool(reader, "tokenizer.ggml.add_space_prefix", v.add_space_prefix)
+    v.remove_extra_whitespaces = _get_bool(reader, "tokenizer.ggml.remove_extra_whitespaces",
+                                           v.remove_extra_whitespaces)
 
     # tokens, scores, types
     tf = reader.fields.get("tokenizer.ggml.tokens")
@@ -399,25 +397,14 @@ def load_vocab(reader) -> Vocab:
             continue
         if 0 <= new < n:
             ids[slot] = new
-    ab = _get_bool(reader, "tokenizer.ggml.add_bos_token")
-    if ab is not None:
-        v.add_bos = ab
-    ae = _get_bool(reader, "tokenizer.ggml.add_eos_token")
-    if ae is not None:
-        v.add_eos = ae
-    asep = _get_bool(reader, "tokenizer.ggml.add_sep_token")
-    if asep is not None:
-        v.add_sep = asep
+    v.add_bos = _get_bool(reader, "tokenizer.ggml.add_bos_token", v.add_bos)
+    v.add_eos = _get_bool(reader, "tokenizer.ggml.add_eos_token", v.add_eos)
+    v.add_sep = _get_bool(reader, "tokenizer.ggml.add_sep_token", v.add_sep)
     if v.pre_tokenizer is not None and v.pre_tokenizer.type == "gemma4" and not v.add_bos:
         v.add_bos = True  # llama.cpp: "override 'tokenizer.ggml.add_bos_token' to 'true' for Gemma4"
     # BertNormalizer options (WPM; the whitespace model's lowercasing)
-    low = _get_bool(reader, "tokenizer.ggml.normalizer.lowercase")
-    if low is not None:
-        v.lowercase = low
-    v.strip_accents = v.lowercase
-    sa = _get_bool(reader, "tokenizer.ggml.normalizer.strip_accents")
-    if sa is not None:
-        v.strip_accents = sa
+    v.lowercase = _get_bool(reader, "tokenizer.ggml.normalizer.lowercase", v.lowercase)
+    v.strip_accents = _get_bool(reader, "tokenizer.ggml.normalizer.strip_accents", v.lowercase)
 
     # auto-detect special tokens by text. llama.cpp walks token_to_id (hash order) and takes the first
     # match per empty slot, forcing its type to CONTROL; we find all candidates and resolve order only

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
-
 
 from .logformat import format_records, record_to_json
 from .record import TensorRecord, ggml_name, record_from_array
@@ -45,15 +44,8 @@ class TraceRecorder:
         if self.dump_dir is not None:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
 
-    def __call__(
-        self,
-        name: str,
-        op: str,
-        value: np.ndarray,
-        srcs: Sequence[tuple[str, Sequence[int]]],
-        ggml_type: str,
-        ne: Optional[Sequence[int]] = None,
-    ) -> None:
+    def __call__(self, name, op, value, srcs, ggml_type, ne=None) -> None:
+        """One node: the arguments of `record_from_array`, which makes its record."""
         index = self.n_seen
         self.n_seen += 1
         if self.tensor_filter is not None and not self.tensor_filter(ggml_name(name)):
