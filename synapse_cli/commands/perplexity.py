@@ -118,8 +118,8 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     def on_start(n_chunk):
         if json_output:
             return
-        print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, batch_size={n_batch}, "
-              f"n_seq={n_seq}", file=err, flush=True)
+        print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
+              f"batch_size={min(batch_size, n_seq * ctx_size)}, n_seq={n_seq}", file=err, flush=True)
         if bar is not None:
             bar.start()
             bar.add_task("chunks", total=n_chunk)
