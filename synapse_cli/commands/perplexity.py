@@ -1,8 +1,9 @@
 """`synapse perplexity`: llama-perplexity's perplexity over a text file (synapse_cli/perplexity.py).
 
-stdout as llama-perplexity writes it: the tail of its ETA line ("%.2f minutes"), then `[1]x,[2]y,...,` and two
-newlines; on stderr the log lines (chunk count, time per pass, `Final estimate: PPL = X +/- Y`) and the
-llama_perf_context_print timings. `--json` prints one object instead.
+stdout as llama-perplexity writes it: the tail of its ETA line ("%.2f minutes"), then `[1]x,[2]y,...,` (or with
+--ppl-output-type 1 one line per chunk) and two newlines; on stderr the log lines (chunk count, time per pass,
+`Final estimate: PPL = X +/- Y`, which the strided mode, --ppl-stride, does not print). `--json` prints one object
+instead.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
                    "padded to 256) every N tokens, the last N of each scored, no BOS but the text's first. 0: the "
                    "default mode.")
 @click.option("--ppl-output-type", "output_type", default=0, show_default=True, metavar="<0|1>",
-              help="0: `[1]x,[2]y,...`; any other value: one line per chunk, `%8d  %.4f` (its first token, the "
-                   "running PPL) with --ppl-stride, and the mean nll and its uncertainty after those without.")
+              help="0: `[1]x,[2]y,...`; any other value: a line per chunk, `%8d  %.4f` (its first token, the running "
+                   "PPL), followed by the mean nll and its uncertainty without --ppl-stride.")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
             flash_attn, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
