@@ -302,6 +302,27 @@ def log_softmax_rows(logits, targets):
     return out
 
 
+@pjit
+def softmax_nll_rows(logits, targets):
+    """out[i] = -std::log(softmax(logits[i])[targets[i]]) as llama-perplexity's strided mode (perplexity_v2)
+    computes it (float64 (rows,)): perplexity.cpp's `softmax`, max in float, sum_exp = sum of libm expf(logit -
+    max) in double in index order, the probability (float)(expf(...) / sum_exp), then the float overload of
+    std::log (glibc logf: numba's math.log on a float32; numpy's float32 log differs from it in the last bit)."""
+    R, V = logits.shape
+    out = np.empty(R, np.float64)
+    for r in prange(R):
+        m = logits[r, 0]
+        for i in range(1, V):
+            if logits[r, i] > m:  # std::max(max, v)
+                m = logits[r, i]
+        s = 0.0
+        for i in range(V):
+            s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
+        p = np.float32(np.float64(libm_expf(np.float32(logits[r, targets[r]] - m))) / s)
+        out[r] = -np.float64(math.log(p))
+    return out
+
+
 @jit
 def _nearest_int(fval):
     """ggml-quants.c / perplexity.cpp nearest_int: the magic-number rounding (half to even, |x| < 2^22)."""

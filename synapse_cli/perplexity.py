@@ -35,11 +35,26 @@ class PerplexityRun:
     count: int = 0
 
     def final(self) -> tuple[float, float | None]:
-        """(PPL, its +/- estimate, None when the variance is not positive as llama.cpp reports it)."""
-        nll, nll2 = self.nll / self.count, self.nll2 / self.count
+        """(PPL, its +/- estimate, None when the variance is not positive as llama.cpp reports it; C's division:
+        no scored token (-c 2, --chunks 0) gives -nan and that report)."""
+        nll, nll2 = _div(self.nll, self.count), _div(self.nll2, self.count)
         ppl = math.exp(nll)
         var = nll2 - nll * nll
-        return ppl, (math.sqrt(var / (self.count - 1)) * ppl if var > 0 else None)
+        return ppl, (math.sqrt(_div(var, self.count - 1)) * ppl if var > 0 else None)
+
+    def running(self) -> str:
+        """The value printed after a chunk: `%.4lf` of exp(nll/count) (-nan when nothing was scored)."""
+        return _f(math.exp(_div(self.nll, self.count)), ".4f")
+
+    def running_type1(self, offset: int) -> str:
+        """--ppl-output-type 1's line after a chunk: `%8d  %.4lf  %4lf  %4lf` of the chunk's first token (llama.cpp
+        prints i*n_ctx with i the first chunk of the batch), the running PPL, mean nll and its uncertainty (or, when
+        the variance is not positive, that variance itself)."""
+        av = _div(self.nll, self.count)
+        av2 = _div(self.nll2, self.count) - av * av
+        if av2 > 0:
+            av2 = math.sqrt(_div(av2, self.count - 1))
+        return f"{offset:8d}  {_f(math.exp(av), '.4f')}  {_f(av, '4f')}  {_f(av2, '4f')}"
 
 
 def _nll_rows(logits: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
@@ -114,7 +129,109 @@ def perplexity(ctx, tokenizer, text: bytes, n_ctx: int, n_batch: int, n_chunks: 
         run.nll += nll
         run.nll2 += nll2
         run.count += n_ctx - 1 - first
-        run.chunk_ppl.append(math.exp(run.nll / run.count))
+        run.chunk_ppl.append(math.exp(_div(run.nll, run.count)))
+        if on_chunk is not None:
+            on_chunk(run)
+    return run
+
+
+# ------------------------------------------------------------------------------------- strided (perplexity_v2)
+
+def _pad256(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+@dataclass
+class StrideGeometry:
+    """What llama-perplexity's main() and llama_context make of -c, -b and --ppl-stride: n_parallel = max(1, b/c)
+    sequences of c tokens, the context n_parallel*c + stride/2 (the "adjusting context size from A to B" line),
+    padded by llama_context to a multiple of 256; with several sequences each gets n_ctx/n_parallel cells, padded
+    to 256 again, and n_ctx becomes that times n_parallel. perplexity_v2's chunk is the whole n_ctx (llama_n_ctx),
+    evaluated in batches of min(b, n_parallel*c) tokens as one sequence (seq 0)."""
+    ctx_from: int  # n_parallel * c
+    ctx_to: int  # + stride/2
+    n_ctx: int  # llama_n_ctx(ctx): perplexity_v2's chunk
+    n_ctx_seq: int  # cells one sequence can use
+    n_batch: int
+    n_parallel: int
+
+    @classmethod
+    def of(cls, c: int, b: int, stride: int) -> "StrideGeometry":
+        n_par = max(1, b // c)
+        n_ctx = _pad256(n_par * c + stride // 2)
+        n_ctx_seq = n_ctx
+        if n_par > 1:  # kv_unified is false for perplexity
+            n_ctx_seq = _pad256(n_ctx // n_par)
+            n_ctx = n_ctx_seq * n_par
+        return cls(n_par * c, n_par * c + stride // 2, n_ctx, n_ctx_seq, min(b, n_par * c), n_par)
+
+
+@dataclass
+class StridedRun:
+    n_ctx: int
+    stride: int
+    n_chunk: int
+    n_tokens: int
+    chunk_ppl: list[float] = field(default_factory=list)
+    nll: float = 0.0
+    count: int = 0
+
+    def ppl(self) -> float:
+        return math.exp(_div(self.nll, self.count))
+
+
+def perplexity_v2(ctx, tokenizer, text: bytes, geo: StrideGeometry, stride: int, n_chunks: int = -1,
+                  on_start=None, on_chunk=None) -> StridedRun:
+    """llama-perplexity --ppl-stride (perplexity.cpp `perplexity_v2`): chunk i is the n_ctx tokens from i*stride,
+    evaluated from an empty cache in batches of n_batch, every position's logits kept; the last `stride` tokens of
+    the chunk are scored with `softmax` (float probabilities) and -logf(p), summed in double. Quirks kept: the
+    chunk is llama_n_ctx (the padded context, not -c + stride/2), and the BOS token is written into the first
+    token only after that batch was decoded (and restored at once), so no chunk but the text's first starts with
+    BOS. There is no final-estimate line (llama.cpp prints none in this mode).
+
+    Where llama.cpp fails or reads outside its buffers, a SynapseError: a text under 2*n_ctx tokens; several
+    sequences (-b >= 2*-c), whose chunk of n_ctx tokens cannot fit into seq 0's n_ctx_seq cells (llama.cpp: "decode:
+    failed to find a memory slot", then nothing); a stride >= n_ctx, whose first scored row would lie before the
+    chunk's logits (perplexity.cpp reads memory before its vector there)."""
+    from kernels.activations import softmax_nll_rows
+
+    n_ctx, n_batch = geo.n_ctx, geo.n_batch
+    tokens = np.asarray(tokenizer.encode(text, add_special=True, parse_special=False), dtype=np.int32)
+    if len(tokens) < 2 * n_ctx:
+        raise SynapseError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of {n_ctx}"
+                           f"{f' (-c + --ppl-stride/2 = {geo.ctx_to}, padded to 256)' if n_ctx != geo.ctx_to else ''}"
+                           f"; the text tokenizes to only {len(tokens)} tokens")
+    n_chunk_max = (len(tokens) - n_ctx + stride - 1) // stride
+    n_chunk = n_chunk_max if n_chunks < 0 else min(n_chunks, n_chunk_max)
+    run = StridedRun(n_ctx, stride, n_chunk, len(tokens))
+    if on_start is not None:
+        on_start(run)
+    if n_ctx > geo.n_ctx_seq and n_chunk > 0:
+        used = 0
+        while used + n_batch <= geo.n_ctx_seq:
+            used += n_batch
+        raise SynapseError(f"decode: failed to find a memory slot for batch of size {min(n_batch, n_ctx - used)} "
+                           f"(-b >= 2*-c with --ppl-stride: llama-perplexity makes {geo.n_parallel} sequences of "
+                           f"{geo.n_ctx_seq} cells and evaluates its chunk of {n_ctx} tokens as one; use -b <= -c)")
+    if stride > n_ctx - 1 and n_chunk > 0:
+        raise SynapseError(f"--ppl-stride {stride} must be < the context of {n_ctx} tokens: llama-perplexity would "
+                           f"score logits from before the chunk (it reads outside its buffer)")
+    first = n_ctx - stride - 1  # rows first .. n_ctx-2 are scored
+    for i in range(n_chunk):
+        start = i * stride
+        ctx.reset()
+        rows = []
+        for b in range(0, n_ctx, n_batch):
+            logits = ctx.decode(tokens[start + b:start + min(n_ctx, b + n_batch)], all_logits=True)
+            lo = max(b, first) - b  # every row is computed (llama.cpp asks for all); only these are kept
+            if lo < len(logits):
+                rows.append(logits[lo:])
+        scored = np.concatenate(rows)[: n_ctx - 1 - first]
+        v = softmax_nll_rows(scored, tokens[start + first + 1:start + n_ctx].astype(np.int32))
+        for x in v.tolist():
+            run.nll += x
+        run.count += len(v)
+        run.chunk_ppl.append(run.ppl())
         if on_chunk is not None:
             on_chunk(run)
     return run

@@ -1,8 +1,9 @@
 """`synapse perplexity`: llama-perplexity's perplexity over a text file (synapse_cli/perplexity.py).
 
-stdout as llama-perplexity writes it: the tail of its ETA line ("%.2f minutes"), then `[1]x,[2]y,...,` and two
-newlines; on stderr the log lines (chunk count, time per pass, `Final estimate: PPL = X +/- Y`) and the
-llama_perf_context_print timings. `--json` prints one object instead.
+stdout as llama-perplexity writes it: the tail of its ETA line ("%.2f minutes"), then `[1]x,[2]y,...,` (or with
+--ppl-output-type 1 one line per chunk) and two newlines; on stderr the log lines (chunk count, time per pass,
+`Final estimate: PPL = X +/- Y`, which the strided mode, --ppl-stride, does not print). `--json` prints one object
+instead.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_op
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
-          llama_batch_order, json_output):
+          llama_batch_order, json_output, n_cells=None, n_batch=None):
     """The session both modes run on, with llama-perplexity's batch geometry: n_seq = max(1, b / c) chunks per
     batch and n_batch = min(b, n_seq * c), so each chunk is decoded in batches of min(b, c) tokens (micro-batches
-    of ub). Returns (session, min(b, c), n_seq)."""
+    of ub). Returns (session, min(b, c), n_seq). n_cells / n_batch: the context's cells and batch size instead
+    (--ppl-stride)."""
     from ..session import open_session
     from .decode import default_threads
 
-    n_batch = min(batch_size, ctx_size)
-    sess = open_session(model_path, n_ctx=ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
+    n_batch = min(batch_size, ctx_size) if n_batch is None else n_batch
+    sess = open_session(model_path, n_ctx=n_cells or ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
                         flash_attn=resolve_flash_attn(flash_attn))
@@ -35,7 +37,8 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
 
 
 def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
-    """llama-perplexity's estimate after the first pass: LOG_INF the time per pass (stderr), LOG the rest (stdout)."""
+    """llama-perplexity's estimate after the first pass: LOG_INF the time per pass (stderr), LOG the rest (stdout;
+    perplexity_v2 computes it without the n_seq division, which is 1 there)."""
     print(f"{func}: {t:.2f} seconds per pass - ETA ", file=sys.stderr, flush=True)
     total = int(t * n_chunk / n_seq)
     if total >= 3600:
@@ -66,9 +69,16 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("--kl-divergence", "kld", is_flag=True,
               help="Compare with the base model's FILE: KL divergence, top-token agreement, probability deltas (the "
                    "text and -c come from FILE).")
+@click.option("--ppl-stride", "stride", default=0, show_default=True, metavar="N",
+              help="Strided perplexity (llama-perplexity's perplexity_v2): chunks of the whole context (-c + N/2, "
+                   "padded to 256) every N tokens, the last N of each scored, no BOS but the text's first. 0: the "
+                   "default mode.")
+@click.option("--ppl-output-type", "output_type", default=0, show_default=True, metavar="<0|1>",
+              help="0: `[1]x,[2]y,...`; any other value: a line per chunk, `%8d  %.4f` (its first token, the running "
+                   "PPL), followed by the mean nll and its uncertainty without --ppl-stride.")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-            flash_attn, escape, llama_batch_order, kld_base, kld, json_output):
+            flash_attn, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     from ..text import read_prompt
 
@@ -77,31 +87,40 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
             raise SynapseError(f"{name} must be >= 1, got {val}")
+    geo = None
+    if stride > 0:  # llama-perplexity's main() grows the context by stride/2 (in every mode)
+        from ..perplexity import StrideGeometry
+
+        geo = StrideGeometry.of(ctx_size, batch_size, stride)
+        if not json_output:
+            print(f"Will perform strided perplexity calculation -> adjusting context size from {geo.ctx_from} to "
+                  f"{geo.ctx_to}", file=sys.stderr)
     if kld:
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
-                              cache_type_v, flash_attn, llama_batch_order, json_output)
+                              cache_type_v, flash_attn, llama_batch_order, json_output,
+                              n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq))
     if text_file is None:
         raise SynapseError("give the text with -f/--file")
     text = read_prompt(None, text_file, escape)
-    from ..perplexity import perplexity
+    if geo is not None:
+        if kld_base is not None:  # perplexity_v2 never opens the logits file
+            print(f"note: --kl-divergence-base is ignored with --ppl-stride (llama-perplexity writes no {kld_base} "
+                  "in that mode)", file=sys.stderr)
+        return _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
+                        flash_attn, llama_batch_order, output_type, json_output)
+    from ..perplexity import _div, perplexity
 
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
                                  flash_attn, llama_batch_order, json_output)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
-    bar = None
-    if not json_output and err.isatty():  # a progress bar with elapsed time and ETA on a terminal
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    bar = _progress_bar(json_output)  # a progress bar with elapsed time and ETA on a terminal
 
     def on_start(n_chunk):
         if json_output:
             return
-        print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, batch_size={n_batch}, "
-              f"n_seq={n_seq}", file=err, flush=True)
+        print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
+              f"batch_size={min(batch_size, n_seq * ctx_size)}, n_seq={n_seq}", file=err, flush=True)
         if bar is not None:
             bar.start()
             bar.add_task("chunks", total=n_chunk)
@@ -111,9 +130,13 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             bar.advance(bar.task_ids[0])
         if json_output:
             return
-        if len(run.chunk_ppl) == 1:
+        k = len(run.chunk_ppl)
+        if k == 1:
             _eta("perplexity", time.perf_counter() - t0, run.n_chunk, n_seq)
-        out.write(f"[{len(run.chunk_ppl)}]{run.chunk_ppl[-1]:.4f},")
+        if output_type == 0:
+            out.write(f"[{k}]{run.running()},")
+        else:  # llama.cpp prints i*n_ctx, i the batch's first chunk (n_seq chunks share one batch there)
+            out.write(run.running_type1((k - 1) // n_seq * n_seq * ctx_size) + "\n")
         out.flush()
 
     if not json_output:
@@ -137,7 +160,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     ppl, ppl_err = run.final()
     if json_output:
         print(json.dumps({"n_ctx": ctx_size, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
-                          "chunks": run.chunk_ppl, "ppl": ppl, "ppl_err": ppl_err, "nll": run.nll / run.count,
+                          "chunks": run.chunk_ppl, "ppl": ppl, "ppl_err": ppl_err, "nll": _div(run.nll, run.count),
                           "count": run.count, "seconds": time.perf_counter() - t0}))
         return
     out.write("\n")
@@ -149,8 +172,72 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     out.flush()
 
 
+def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v, flash_attn,
+             llama_batch_order, output_type, json_output):
+    """--ppl-stride: llama-perplexity's perplexity_v2 and its output (stdout: the ETA tail, `[i]x,` or
+    `%8d  %.4lf` lines, two newlines; no final estimate)."""
+    from ..perplexity import _div, _f, perplexity_v2
+
+    sess, _, _ = _open(model_path, geo.n_ctx_seq, geo.n_batch, ubatch_size, threads, cache_type_k, cache_type_v,
+                       flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch)
+    err, out = sys.stderr, sys.stdout
+    t0 = time.perf_counter()
+    bar = _progress_bar(json_output)
+
+    def on_start(run):
+        if json_output:
+            return
+        print(f"perplexity_v2: have {run.n_tokens} tokens. Calculation chunk = {run.n_ctx}", file=err)
+        print(f"perplexity_v2: computing over {run.n_chunk} chunks, n_ctx={run.n_ctx}, batch_size={geo.n_batch}, "
+              f"n_seq={max(1, geo.n_batch // run.n_ctx)}", file=err, flush=True)
+        if bar is not None:
+            bar.start()
+            bar.add_task("chunks", total=run.n_chunk)
+
+    def on_chunk(run):
+        if bar is not None:
+            bar.advance(bar.task_ids[0])
+        if json_output:
+            return
+        k = len(run.chunk_ppl)
+        if k == 1:
+            _eta("perplexity_v2", time.perf_counter() - t0, run.n_chunk, 1)
+        if output_type == 0:
+            out.write(f"[{k}]{_f(run.chunk_ppl[-1], '.4f')},")
+        else:
+            out.write(f"{(k - 1) * stride:8d}  {_f(run.chunk_ppl[-1], '.4f')}\n")
+        out.flush()
+
+    if not json_output:
+        print("perplexity_v2: tokenizing the input ..", file=err)
+    try:
+        run = perplexity_v2(sess.ctx, sess.tokenizer, text, geo, stride, n_chunks, on_start=on_start,
+                            on_chunk=on_chunk)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if json_output:
+        print(json.dumps({"n_ctx": run.n_ctx, "stride": stride, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
+                          "chunks": run.chunk_ppl, "ppl": run.ppl(), "nll": _div(run.nll, run.count),
+                          "count": run.count, "seconds": time.perf_counter() - t0}))
+        return
+    out.write("\n\n")
+    out.flush()
+
+
+def _progress_bar(json_output):
+    """A Rich progress bar (elapsed, ETA) on stderr when it is a terminal."""
+    if json_output or not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+
 def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                   flash_attn, llama_batch_order, json_output):
+                   flash_attn, llama_batch_order, json_output, n_cells=None):
     """--kl-divergence: llama-perplexity's table per chunk and its statistics (stdout), as it prints them."""
     from ..perplexity import KLD_TABLE_HEADER, kl_divergence, kld_statistics, kld_table_row
 
@@ -158,7 +245,7 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
         raise SynapseError("you must provide a name of a file containing the log probabilities of the base model "
                            "(--kl-divergence-base)")
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                                 flash_attn, llama_batch_order, json_output)
+                                 flash_attn, llama_batch_order, json_output, n_cells=n_cells)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
     rows = []
