@@ -162,28 +162,17 @@ def _rope_tokens(x, k, pos, out, k_out, t0, t1, n_dims, neox, prm, freq_factors,
 
 
 @pjit
-def _rope(x, k, pos, out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-          freq_factors, contract):
-    """rope of x into out and, unless k is None, of k into k_out with the same cos/sin cache per token; tokens
-    spread over threads when there is enough work."""
+def rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+             freq_factors, contract):
+    """rope with the FMA-contraction choice explicit (see module docstring); `rope` uses CONTRACT."""
     _check_rope(x, pos, out, n_dims, freq_factors)
-    if k is not None:
-        _check_rope(k, pos, k_out, n_dims, freq_factors)
     T = x.shape[0]
     prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
     if T > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
         for t in prange(T):
-            _rope_tokens(x, k, pos, out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, contract)
+            _rope_tokens(x, None, pos, out, None, t, t + 1, n_dims, neox, prm, freq_factors, contract)
     else:
-        _rope_tokens(x, k, pos, out, k_out, 0, T, n_dims, neox, prm, freq_factors, contract)
-
-
-@jit
-def rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-             freq_factors, contract):
-    """rope with the FMA-contraction choice explicit (see module docstring); `rope` uses CONTRACT."""
-    _rope(x, None, pos, out, None, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-          freq_factors, contract)
+        _rope_tokens(x, None, pos, out, None, 0, T, n_dims, neox, prm, freq_factors, contract)
 
 
 @jit
@@ -192,16 +181,23 @@ def rope(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_fact
 
     x, out: f32 (T, n_head, head_dim) (out may be x); pos: int32 (T,); corr_dims: (start, end) from
     rope_yarn_corr_dims; freq_factors: f32 (>= n_dims/2,) or None (llama3 `rope_freqs`)."""
-    _rope(x, None, pos, out, None, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-          freq_factors, CONTRACT)
+    rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+             freq_factors, CONTRACT)
 
 
-@jit
+@pjit
 def rope_qk(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
             corr_dims, freq_factors):
     """rope on Q and K of the same tokens with one cos/sin cache per token (= rope(q), rope(k))."""
-    _rope(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
-          freq_factors, CONTRACT)
+    _check_rope(q, pos, q_out, n_dims, freq_factors)
+    _check_rope(k, pos, k_out, n_dims, freq_factors)
+    T = q.shape[0]
+    prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
+    if T > 1 and q.size >= PARALLEL_MIN_ELEMENTS:
+        for t in prange(T):
+            _rope_tokens(q, k, pos, q_out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, CONTRACT)
+    else:
+        _rope_tokens(q, k, pos, q_out, k_out, 0, T, n_dims, neox, prm, freq_factors, CONTRACT)
 
 
 # ----------------------------------------------------------------------------------------------
