@@ -283,21 +283,29 @@ def soft_max_ext_libm(x, mask, scale, out):
     _soft_max_ext(x, mask, scale, out, False)
 
 
+@jit
+def _max_and_sum_exp(logits, r):
+    """perplexity.cpp's softmax prologue for row r: the max in float (std::max order), then the sum of libm
+    expf(logit - max) accumulated in double in index order."""
+    m = logits[r, 0]
+    for i in range(1, logits.shape[1]):
+        if logits[r, i] > m:  # std::max(max, v)
+            m = logits[r, i]
+    s = 0.0
+    for i in range(logits.shape[1]):
+        s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
+    return m, s
+
+
 @pjit
 def log_softmax_rows(logits, targets):
     """out[i] = log_softmax(logits[i])[targets[i]] as llama-perplexity computes it (float64 (rows,)): max in
     float, sum_exp = sum of libm expf(logit - max) accumulated in double in index order, then
     (logit[tok] - max) - log(sum_exp)."""
-    R, V = logits.shape
+    R = logits.shape[0]
     out = np.empty(R, np.float64)
     for r in prange(R):
-        m = logits[r, 0]
-        for i in range(1, V):
-            if logits[r, i] > m:  # std::max(max, v)
-                m = logits[r, i]
-        s = 0.0
-        for i in range(V):
-            s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
+        m, s = _max_and_sum_exp(logits, r)
         out[r] = np.float64(np.float32(logits[r, targets[r]] - m)) - math.log(s)
     return out
 
@@ -308,16 +316,10 @@ def softmax_nll_rows(logits, targets):
     computes it (float64 (rows,)): perplexity.cpp's `softmax`, max in float, sum_exp = sum of libm expf(logit -
     max) in double in index order, the probability (float)(expf(...) / sum_exp), then the float overload of
     std::log (glibc logf: numba's math.log on a float32; numpy's float32 log differs from it in the last bit)."""
-    R, V = logits.shape
+    R = logits.shape[0]
     out = np.empty(R, np.float64)
     for r in prange(R):
-        m = logits[r, 0]
-        for i in range(1, V):
-            if logits[r, i] > m:  # std::max(max, v)
-                m = logits[r, i]
-        s = 0.0
-        for i in range(V):
-            s += np.float64(libm_expf(np.float32(logits[r, i] - m)))
+        m, s = _max_and_sum_exp(logits, r)
         p = np.float32(np.float64(libm_expf(np.float32(logits[r, targets[r]] - m))) / s)
         out[r] = -np.float64(math.log(p))
     return out
