@@ -64,8 +64,8 @@ from .base import empty_aligned
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                        load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
                        zero16f, zero16x32)
-from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load8_f16, load8xf32, or8,
-                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32,
+from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load4f_x2, load8_f16, load8x32, load8xf32, or8,
+                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32, store_rows8,
                     sub32, zero32, zerof)
 
 QK = 32
@@ -464,6 +464,9 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     g0 = r0 // G
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
+    if (MODE == LANES or MODE == LANES_M) and XG == 8 and QH >= 0:  # the Q5 formats (Q8_0, Q4_1: slower so)
+        gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out)
+        return
     if MODE == LANES or MODE == LANES_M:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
             t = t0
@@ -546,6 +549,135 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
             if n < N:
                 for t in range(t0, t1):
                     out[t, n] = sums[gi, t - t0, r]
+
+
+@ijit
+def _init8(asum, t, b, SUB):
+    """vpdpbusd's starting lanes for token t, block b in the lane modes: -SUB * the sums of lanes 0..7."""
+    return load8x32(asum, t * asum.strides[0] + 32 * b) if SUB != 0 else zero32()
+
+
+@ijit
+def _lanes_fma(C, dx, dy, q, a, init):
+    """One block of one (row, token) in LANES order: C[j] = fma(dx * dy, (float)lane_j, C[j]); dx, dy: the
+    scales splat over 8 lanes (one vmulps; LLVM turns a product of two splats into mulss + broadcast)."""
+    return ffma(fmul(dx, dy), cvt_f32(dpbusd_u7(init, q, a)), C)
+
+
+@ijit
+def _hsum8(v):
+    """hsum_float_8: (l4 + l0) + (l6 + l2), (l5 + l1) + (l7 + l3), then their sum."""
+    return (((lanef(v, 4) + lanef(v, 0)) + (lanef(v, 6) + lanef(v, 2)))
+            + ((lanef(v, 5) + lanef(v, 1)) + (lanef(v, 7) + lanef(v, 3))))
+
+
+@ijit
+def gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
+    """gemm_tile for LANES / LANES_M in 8-row groups (AVX2), arranged as llama.cpp's tinyBLAS: the tile's rows are
+    decoded once into natural element order (wq: a row's 32-byte block is its 8 AVX lanes, store_rows8), then 2
+    rows x 4 tokens of 8-lane accumulators stay in registers over all blocks (and LANES_M's 8 summs chains in one
+    vector). Same float sequence per (row, token) as rows8_x86, without decoding the quants again per token."""
+    N = out.shape[1]
+    T, K = qa.shape
+    nb = K // QK
+    gb = w.shape[1]
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    r0 = (tile // n_tt) * ROW_TILE
+    t0 = (tile % n_tt) * TOK_TILE
+    t1 = min(T, t0 + TOK_TILE)
+    nr = min(N, r0 + ROW_TILE) - r0
+    ng = (nr + G - 1) // G
+    wq = np.empty((ng * G, K), np.uint8)  # (rows, K) unsigned quants in element order
+    wd = np.empty((ng * G, nb, 8), np.float32)  # (rows, blocks, 8) scales, each repeated over 8 lanes
+    wm = np.zeros((ng * G // 2 if HAS_M else 0, nb, 8), np.float32)  # (row pairs, blocks, 8) m: 4 x row n, 4 x n+1
+    ysT = np.zeros((nb if HAS_M else 0, TOK_TILE + 4), np.float32)  # (blocks, tokens of the tile) activation sums
+    if HAS_M:
+        for t in range(t0, t1):
+            for b in range(nb):
+                ysT[b, t - t0] = ys[t, b]
+    m0f = splat8(15)
+    for gi in range(ng):
+        for b in range(nb):
+            o = (r0 // G + gi) * gb + b * GB
+            c0 = load32(w, o + QS)
+            c1 = load32(w, o + QS + 32)
+            c2 = load32(w, o + QS + 64)
+            c3 = load32(w, o + QS + 96)
+            v0 = and8(c0, m0f)
+            v1 = and8(c1, m0f)
+            v2 = and8(c2, m0f)
+            v3 = and8(c3, m0f)
+            v4 = and8(srl16(c0, 4), m0f)
+            v5 = and8(srl16(c1, 4), m0f)
+            v6 = and8(srl16(c2, 4), m0f)
+            v7 = and8(srl16(c3, 4), m0f)
+            h = load32(w, o + max(QH, 0))  # (the d bytes when there are no Q5 bits; unused then)
+            if QH >= 0:
+                v0 = or8(v0, q5_bits(h, 0))
+                v1 = or8(v1, q5_bits(h, 1))
+                v2 = or8(v2, q5_bits(h, 2))
+                v3 = or8(v3, q5_bits(h, 3))
+                v4 = or8(v4, q5_bits(h, 4))
+                v5 = or8(v5, q5_bits(h, 5))
+                v6 = or8(v6, q5_bits(h, 6))
+                v7 = or8(v7, q5_bits(h, 7))
+            store_rows8(wq, gi * G * K + QK * b, K, v0, v1, v2, v3, v4, v5, v6, v7)
+            d8 = load8_f16(w, o)
+            for r in range(G):
+                store8xf32(wd, ((gi * G + r) * nb + b) * 32, splatf(lanef(d8, r)))
+            if HAS_M:
+                m8 = load8_f16(w, o + 2 * G)
+                for r in range(G):
+                    for k in range(4):
+                        wm[(gi * G + r) // 2, b, 4 * (r % 2) + k] = lanef(m8, r)
+    for n in range(0, nr, 2):  # (wq has whole groups: row n + 1 exists)
+        t = t0
+        while t < t1:
+            nt = min(4, t1 - t)  # tokens t .. t+nt-1; the missing ones repeat token t (computed, not stored)
+            ta, tb, tc = t + min(1, nt - 1), t + min(2, nt - 1), t + min(3, nt - 1)
+            C00 = zerof()
+            C01 = zerof()
+            C02 = zerof()
+            C03 = zerof()
+            C10 = zerof()
+            C11 = zerof()
+            C12 = zerof()
+            C13 = zerof()
+            S = zerof()  # LANES_M: summs of (row n + r, token t + k) in lane 4r + k
+            for b in range(nb):
+                if HAS_M:
+                    S = ffma(load8xf32(wm, ((n // 2) * nb + b) * 32), load4f_x2(ysT, (b * ysT.shape[1] + t - t0) * 4), S)
+                q0 = load32(wq, n * K + QK * b)
+                q1 = load32(wq, (n + 1) * K + QK * b)
+                dx0 = load8xf32(wd, (n * nb + b) * 32)
+                dx1 = load8xf32(wd, ((n + 1) * nb + b) * 32)
+                a = load32(qa, t * K + QK * b)
+                i = _init8(asum, t, b, SUB)
+                dy = splatf(yd[t, b])
+                C00 = _lanes_fma(C00, dx0, dy, q0, a, i)
+                C10 = _lanes_fma(C10, dx1, dy, q1, a, i)
+                a = load32(qa, ta * K + QK * b)
+                i = _init8(asum, ta, b, SUB)
+                dy = splatf(yd[ta, b])
+                C01 = _lanes_fma(C01, dx0, dy, q0, a, i)
+                C11 = _lanes_fma(C11, dx1, dy, q1, a, i)
+                a = load32(qa, tb * K + QK * b)
+                i = _init8(asum, tb, b, SUB)
+                dy = splatf(yd[tb, b])
+                C02 = _lanes_fma(C02, dx0, dy, q0, a, i)
+                C12 = _lanes_fma(C12, dx1, dy, q1, a, i)
+                a = load32(qa, tc * K + QK * b)
+                i = _init8(asum, tc, b, SUB)
+                dy = splatf(yd[tc, b])
+                C03 = _lanes_fma(C03, dx0, dy, q0, a, i)
+                C13 = _lanes_fma(C13, dx1, dy, q1, a, i)
+            for k in range(nt):
+                C0 = C00 if k == 0 else C01 if k == 1 else C02 if k == 2 else C03
+                C1 = C10 if k == 0 else C11 if k == 1 else C12 if k == 2 else C13
+                out[t + k, r0 + n] = _hsum8(C0) + lanef(S, k) if HAS_M else _hsum8(C0)
+                if n + 1 < nr:
+                    out[t + k, r0 + n + 1] = _hsum8(C1) + lanef(S, 4 + k) if HAS_M else _hsum8(C1)
+            t += nt
 
 
 def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R=G):
