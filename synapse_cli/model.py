@@ -356,6 +356,8 @@ class Context:
             if logits is not None:
                 outs.append(logits)
         if all_logits or n_outputs is not None:
+            if len(outs) == 1:
+                return outs[0]  # (no copy of up to n_ubatch x n_vocab floats)
             return np.concatenate(outs, axis=0) if outs else np.empty((0, self.hp.n_vocab), np.float32)
         return outs[-1][-1]
 

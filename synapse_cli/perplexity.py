@@ -81,7 +81,7 @@ def _chunk_logits(ctx, vocab, tokens: np.ndarray, i: int, n_ctx: int, n_batch: i
     for b in range(0, n_ctx, n_batch):
         batch = chunk[b:b + n_batch]
         rows.append(ctx.decode(batch, n_outputs=max(0, b + len(batch) - max(b, first))))
-    return np.concatenate(rows)[: n_ctx - 1 - first]
+    return (rows[0] if len(rows) == 1 else np.concatenate(rows))[: n_ctx - 1 - first]
 
 
 def n_vocab_padded(n_vocab: int) -> int:
