@@ -6,8 +6,9 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
 
     types      V32I8 (<32 x i8>), V16I16, V8I32, V8F32
     memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 (any C-contiguous array, byte offset,
-               unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load4f_x2, bcast4, store_rows8, prefetch_span
-    integer    and8, or8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add32, sub32,
+               unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load4f_x2, load16_lo, bcast4, store_rows8/4,
+               prefetch_span
+    integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
@@ -233,6 +234,7 @@ def _make_binop(vt: Vec, op: str):
 
 and8 = _make_binop(V32I8, "and_")
 or8 = _make_binop(V32I8, "or_")
+xor8 = _make_binop(V32I8, "xor")
 sub16 = _make_binop(V16I16, "sub")
 add32 = _make_binop(V8I32, "add")
 sub32 = _make_binop(V8I32, "sub")
@@ -450,40 +452,63 @@ def load4f_x2(typingctx, arr, offset):
     return V8F32(arr, offset), codegen
 
 
+def _make_store_rows(n_rows: int):
+    @intrinsic
+    def store_rows(typingctx, arr, offset, stride, v0, v1, v2, v3, v4, v5, v6, v7):
+        """Store rows 0..n_rows-1 of the 8x8 transpose of the 4-byte groups of v0..v7 (<32 x i8> each): row r =
+        (group r of v0, group r of v1, ..., group r of v7), 32 bytes at byte offset + r * stride. In the 8-row
+        interleave (q32) v_j holds elements 4j..4j+3 of rows 0..7, so row r comes out in its natural element
+        order; and the other way, rows' raw quants go into the interleave (q32.repack)."""
+        if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)
+                and all(v == V32I8 for v in (v0, v1, v2, v3, v4, v5, v6, v7))):
+            return None
+
+        def codegen(context, builder, sig, args):
+            w = ir.VectorType(_i32, 8)
+            v = [builder.bitcast(a, w) for a in args[3:]]
+
+            def shuf(a, b, mask):
+                return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 8), mask))
+
+            # 32-bit, then 64-bit interleaves within 128-bit halves, then the halves (vpunpck*, vperm2i128)
+            lo = [shuf(v[2 * k], v[2 * k + 1], [0, 8, 1, 9, 4, 12, 5, 13]) for k in range(4)]
+            hi = [shuf(v[2 * k], v[2 * k + 1], [2, 10, 3, 11, 6, 14, 7, 15]) for k in range(4)]
+            q = []  # q[k][m]: rows m | m + 4 of v0..v3 (k = 0) or v4..v7 (k = 1)
+            for k in range(2):
+                a, b, c, d = lo[2 * k], lo[2 * k + 1], hi[2 * k], hi[2 * k + 1]
+                q.append([shuf(a, b, [0, 1, 8, 9, 4, 5, 12, 13]), shuf(a, b, [2, 3, 10, 11, 6, 7, 14, 15]),
+                          shuf(c, d, [0, 1, 8, 9, 4, 5, 12, 13]), shuf(c, d, [2, 3, 10, 11, 6, 7, 14, 15])])
+            off = context.cast(builder, args[1], sig.args[1], types.int64)
+            step = context.cast(builder, args[2], sig.args[2], types.int64)
+            for r in range(n_rows):
+                row = shuf(q[0][r % 4], q[1][r % 4], [0, 1, 2, 3, 8, 9, 10, 11] if r < 4 else [4, 5, 6, 7, 12, 13, 14, 15])
+                o = builder.add(off, builder.mul(step, ir.Constant(_i64, r)))
+                p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
+                builder.store(row, builder.bitcast(p, w.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return types.none(arr, offset, stride, v0, v1, v2, v3, v4, v5, v6, v7), codegen
+
+    return store_rows
+
+
+store_rows8 = _make_store_rows(8)
+store_rows4 = _make_store_rows(4)  # the first 4 rows (groups 0..3 of each v: 16-byte sources)
+
+
 @intrinsic
-def store_rows8(typingctx, arr, offset, stride, v0, v1, v2, v3, v4, v5, v6, v7):
-    """Store the 8x8 transpose of the 4-byte groups of v0..v7 (<32 x i8> each): row r = (group r of v0, group r
-    of v1, ..., group r of v7), 32 bytes at byte offset + r * stride. In the 8-row interleave (q32) v_j holds
-    elements 4j..4j+3 of rows 0..7, so row r comes out in its natural element order."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(stride, types.Integer)
-            and all(v == V32I8 for v in (v0, v1, v2, v3, v4, v5, v6, v7))):
+def load16_lo(typingctx, arr, offset):
+    """16 bytes at byte offset in the low half of a <32 x i8>, zeros above (a 16-byte load, never past them)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
         return None
 
     def codegen(context, builder, sig, args):
-        w = ir.VectorType(_i32, 8)
-        v = [builder.bitcast(a, w) for a in args[3:]]
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, ir.VectorType(_i8, 16).as_pointer()), align=1)
+        zero = ir.Constant(ir.VectorType(_i8, 16), None)
+        return builder.shuffle_vector(v, zero, ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
 
-        def shuf(a, b, mask):
-            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 8), mask))
-
-        # 32-bit, then 64-bit interleaves within 128-bit halves, then the halves (vpunpck*, vperm2i128)
-        lo = [shuf(v[2 * k], v[2 * k + 1], [0, 8, 1, 9, 4, 12, 5, 13]) for k in range(4)]
-        hi = [shuf(v[2 * k], v[2 * k + 1], [2, 10, 3, 11, 6, 14, 7, 15]) for k in range(4)]
-        q = []  # q[k][m]: rows m | m + 4 of v0..v3 (k = 0) or v4..v7 (k = 1)
-        for k in range(2):
-            a, b, c, d = lo[2 * k], lo[2 * k + 1], hi[2 * k], hi[2 * k + 1]
-            q.append([shuf(a, b, [0, 1, 8, 9, 4, 5, 12, 13]), shuf(a, b, [2, 3, 10, 11, 6, 7, 14, 15]),
-                      shuf(c, d, [0, 1, 8, 9, 4, 5, 12, 13]), shuf(c, d, [2, 3, 10, 11, 6, 7, 14, 15])])
-        off = context.cast(builder, args[1], sig.args[1], types.int64)
-        step = context.cast(builder, args[2], sig.args[2], types.int64)
-        for r in range(8):
-            row = shuf(q[0][r % 4], q[1][r % 4], [0, 1, 2, 3, 8, 9, 10, 11] if r < 4 else [4, 5, 6, 7, 12, 13, 14, 15])
-            o = builder.add(off, builder.mul(step, ir.Constant(_i64, r)))
-            p = _byte_ptr(context, builder, sig.args[0], args[0], o, types.int64)
-            builder.store(row, builder.bitcast(p, w.as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return types.none(arr, offset, stride, v0, v1, v2, v3, v4, v5, v6, v7), codegen
+    return V32I8(arr, offset), codegen
 
 
 @intrinsic

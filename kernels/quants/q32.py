@@ -65,7 +65,7 @@ from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, 
                        load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
                        zero16f, zero16x32)
 from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load4f_x2, load8_f16, load8x32, load8xf32, or8,
-                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32, store_rows8,
+                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32, store_rows4, store_rows8, load16_lo, xor8,
                     sub32, zero32, zerof)
 
 QK = 32
@@ -85,13 +85,61 @@ Q8_SUB = 0 if Q8_SIGNED else 128
 
 # ----------------------------------------------------------------------------------------- repack
 
+def _q5_lut8() -> np.ndarray:
+    """For the 8-row Q5 bits (repack): entry x (one byte of qh, bits 8m..8m+7) = for each k in 0..3, in byte k,
+    bit k of x at bit 0 and bit k + 4 at bit 1 (elements 4j + k of j = 2m, 2m + 1)."""
+    x = np.arange(256, dtype=np.uint32)
+    lut = np.zeros(256, np.uint32)
+    for k in range(4):
+        lut |= (((x >> k) & 1) | (((x >> (k + 4)) & 1) << 1)) << (8 * k)
+    return lut
+
+
+Q5_LUT8 = _q5_lut8()
+
+
 @pjit
 def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
     """raw (N, nb*BB) GGUF blocks -> out (ceil(N/R), nb*GB) in groups of R rows (8 or 16): per group-block
-    d at [0, 2R), m at [2R, 4R), Q5 bits at QH + 4r, chunk j at QS + 4R*j + 4r; rows past N repeat row N-1."""
+    d at [0, 2R), m at [2R, 4R), Q5 bits at QH + 4r, chunk j at QS + 4R*j + 4r; rows past N repeat row N-1.
+    8-row groups move each block's quants with one 4-byte-group transpose (store_rows8/4)."""
     N = raw.shape[0]
     nb = raw.shape[1] // BB
+    rs = raw.strides[0]
     for g in prange(out.shape[0]):
+        if R == 8:
+            n0, n1, n2, n3 = min(8 * g, N - 1), min(8 * g + 1, N - 1), min(8 * g + 2, N - 1), min(8 * g + 3, N - 1)
+            n4, n5, n6, n7 = min(8 * g + 4, N - 1), min(8 * g + 5, N - 1), min(8 * g + 6, N - 1), min(8 * g + 7, N - 1)
+            for b in range(nb):
+                o = b * BB
+                q = b * GB
+                for r in range(8):
+                    n = min(8 * g + r, N - 1)
+                    out[g, q + 2 * r] = raw[n, o]
+                    out[g, q + 2 * r + 1] = raw[n, o + 1]
+                    if M_RAW >= 0:
+                        out[g, q + 16 + 2 * r] = raw[n, o + M_RAW]
+                        out[g, q + 16 + 2 * r + 1] = raw[n, o + M_RAW + 1]
+                    if QH_RAW >= 0:  # byte 4r + k, bit j = fifth bit of element 4j + k (lane j; see _simd.q5_bits)
+                        v = (Q5_LUT8[raw[n, o + QH_RAW]] | (Q5_LUT8[raw[n, o + QH_RAW + 1]] << np.uint32(2))
+                             | (Q5_LUT8[raw[n, o + QH_RAW + 2]] << np.uint32(4))
+                             | (Q5_LUT8[raw[n, o + QH_RAW + 3]] << np.uint32(6)))
+                        for k in range(4):
+                            out[g, q + QH + 4 * r + k] = np.uint8((v >> np.uint32(8 * k)) & np.uint32(255))
+                dst = g * out.strides[0] + q + QS
+                src = o + QS_RAW
+                if Q8:  # rows' 32 quants -> chunk j = elements 4j..4j+3 of the 8 rows
+                    f = splat8(0 if Q8_SIGNED else -128)
+                    store_rows8(out, dst, 32, xor8(load32(raw, n0 * rs + src), f), xor8(load32(raw, n1 * rs + src), f),
+                                xor8(load32(raw, n2 * rs + src), f), xor8(load32(raw, n3 * rs + src), f),
+                                xor8(load32(raw, n4 * rs + src), f), xor8(load32(raw, n5 * rs + src), f),
+                                xor8(load32(raw, n6 * rs + src), f), xor8(load32(raw, n7 * rs + src), f))
+                else:  # rows' 16 quant bytes -> chunk j = bytes 4j..4j+3 of the 8 rows
+                    store_rows4(out, dst, 32, load16_lo(raw, n0 * rs + src), load16_lo(raw, n1 * rs + src),
+                                load16_lo(raw, n2 * rs + src), load16_lo(raw, n3 * rs + src),
+                                load16_lo(raw, n4 * rs + src), load16_lo(raw, n5 * rs + src),
+                                load16_lo(raw, n6 * rs + src), load16_lo(raw, n7 * rs + src))
+            continue
         for r in range(R):
             n = min(R * g + r, N - 1)
             row = raw[n]
@@ -103,22 +151,15 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
                 if M_RAW >= 0:
                     out[g, q + 2 * R + 2 * r] = row[o + M_RAW]
                     out[g, q + 2 * R + 2 * r + 1] = row[o + M_RAW + 1]
-                if QH_RAW >= 0:
+                if QH_RAW >= 0:  # lane j's 64-bit mask at QH + 8j: bit 4r + i = fifth bit of element 4j + i
                     qh = (np.uint32(row[o + QH_RAW]) | (np.uint32(row[o + QH_RAW + 1]) << 8)
                           | (np.uint32(row[o + QH_RAW + 2]) << 16) | (np.uint32(row[o + QH_RAW + 3]) << 24))
-                    if R == 16:  # lane j's 64-bit mask at QH + 8j: bit 4r + i = fifth bit of element 4j + i
-                        for j in range(8):
-                            nib = (qh >> np.uint32(4 * j)) & np.uint32(15)
-                            if r % 2 == 0:  # rows r, r + 1 share a byte (r ascends: low nibble first)
-                                out[g, q + QH + 8 * j + r // 2] = np.uint8(nib)
-                            else:
-                                out[g, q + QH + 8 * j + r // 2] |= np.uint8(nib << np.uint32(4))
-                    else:  # byte 4r + k, bit j = fifth bit of element 4j + k (lane j; see _simd.q5_bits)
-                        for k in range(4):
-                            v = np.uint32(0)
-                            for j in range(8):
-                                v |= ((qh >> np.uint32(4 * j + k)) & np.uint32(1)) << np.uint32(j)
-                            out[g, q + QH + 4 * r + k] = np.uint8(v)
+                    for j in range(8):
+                        nib = (qh >> np.uint32(4 * j)) & np.uint32(15)
+                        if r % 2 == 0:  # rows r, r + 1 share a byte (r ascends: low nibble first)
+                            out[g, q + QH + 8 * j + r // 2] = np.uint8(nib)
+                        else:
+                            out[g, q + QH + 8 * j + r // 2] |= np.uint8(nib << np.uint32(4))
                 if Q8:
                     for j in range(8):
                         for k in range(4):
