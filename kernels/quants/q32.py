@@ -606,6 +606,15 @@ def _lanes_fma(C, dx, dy, q, a, init):
 
 
 @ijit
+def _rows2_fma(C0, C1, dx0, dx1, q0, q1, qa, asum, yd, t, b, SUB):
+    """Block b of token t against the two rows of a pass (quants q0, q1, scales dx0, dx1 splat)."""
+    a = load32(qa, t * qa.shape[1] + QK * b)
+    i = _init8(asum, t, b, SUB)
+    dy = splatf(yd[t, b])
+    return _lanes_fma(C0, dx0, dy, q0, a, i), _lanes_fma(C1, dx1, dy, q1, a, i)
+
+
+@ijit
 def _hsum8(v):
     """hsum_float_8: (l4 + l0) + (l6 + l2), (l5 + l1) + (l7 + l3), then their sum."""
     return (((lanef(v, 4) + lanef(v, 0)) + (lanef(v, 6) + lanef(v, 2)))
@@ -692,26 +701,10 @@ def gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
                 q1 = load32(wq, (n + 1) * K + QK * b)
                 dx0 = load8xf32(wd, (n * nb + b) * 32)
                 dx1 = load8xf32(wd, ((n + 1) * nb + b) * 32)
-                a = load32(qa, t * K + QK * b)
-                i = _init8(asum, t, b, SUB)
-                dy = splatf(yd[t, b])
-                C00 = _lanes_fma(C00, dx0, dy, q0, a, i)
-                C10 = _lanes_fma(C10, dx1, dy, q1, a, i)
-                a = load32(qa, ta * K + QK * b)
-                i = _init8(asum, ta, b, SUB)
-                dy = splatf(yd[ta, b])
-                C01 = _lanes_fma(C01, dx0, dy, q0, a, i)
-                C11 = _lanes_fma(C11, dx1, dy, q1, a, i)
-                a = load32(qa, tb * K + QK * b)
-                i = _init8(asum, tb, b, SUB)
-                dy = splatf(yd[tb, b])
-                C02 = _lanes_fma(C02, dx0, dy, q0, a, i)
-                C12 = _lanes_fma(C12, dx1, dy, q1, a, i)
-                a = load32(qa, tc * K + QK * b)
-                i = _init8(asum, tc, b, SUB)
-                dy = splatf(yd[tc, b])
-                C03 = _lanes_fma(C03, dx0, dy, q0, a, i)
-                C13 = _lanes_fma(C13, dx1, dy, q1, a, i)
+                C00, C10 = _rows2_fma(C00, C10, dx0, dx1, q0, q1, qa, asum, yd, t, b, SUB)
+                C01, C11 = _rows2_fma(C01, C11, dx0, dx1, q0, q1, qa, asum, yd, ta, b, SUB)
+                C02, C12 = _rows2_fma(C02, C12, dx0, dx1, q0, q1, qa, asum, yd, tb, b, SUB)
+                C03, C13 = _rows2_fma(C03, C13, dx0, dx1, q0, q1, qa, asum, yd, tc, b, SUB)
             for k in range(nt):
                 C0 = C00 if k == 0 else C01 if k == 1 else C02 if k == 2 else C03
                 C1 = C10 if k == 0 else C11 if k == 1 else C12 if k == 2 else C13
