@@ -37,8 +37,9 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
 
 
 def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
-    """llama-perplexity's estimate after the first pass: LOG_INF the time per pass (stderr), LOG the rest (stdout;
-    perplexity_v2 computes it without the n_seq division, which is 1 there)."""
+    """llama-perplexity's estimate after the first pass (its first batch: n_seq chunks, t their time): LOG_INF the
+    time per pass (stderr), LOG the rest (stdout; perplexity_v2 computes it without the n_seq division, which is 1
+    there)."""
     print(f"{func}: {t:.2f} seconds per pass - ETA ", file=sys.stderr, flush=True)
     total = int(t * n_chunk / n_seq)
     if total >= 3600:
@@ -125,19 +126,25 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             bar.start()
             bar.add_task("chunks", total=n_chunk)
 
+    pending = []  # this pass's values: llama.cpp prints a batch of n_seq chunks after decoding all of them
+
     def on_chunk(run):
         if bar is not None:
             bar.advance(bar.task_ids[0])
         if json_output:
             return
         k = len(run.chunk_ppl)
-        if k == 1:
-            _eta("perplexity", time.perf_counter() - t0, run.n_chunk, n_seq)
         if output_type == 0:
-            out.write(f"[{k}]{run.running()},")
-        else:  # llama.cpp prints i*n_ctx, i the batch's first chunk (n_seq chunks share one batch there)
-            out.write(run.running_type1((k - 1) // n_seq * n_seq * ctx_size) + "\n")
+            pending.append(f"[{k}]{run.running()},")
+        else:  # llama.cpp prints i*n_ctx, i the batch's first chunk
+            pending.append(run.running_type1((k - 1) // n_seq * n_seq * ctx_size) + "\n")
+        if k % n_seq and k < run.n_chunk:
+            return
+        if k <= n_seq:
+            _eta("perplexity", time.perf_counter() - t0, run.n_chunk, n_seq)
+        out.write("".join(pending))
         out.flush()
+        pending.clear()
 
     if not json_output:
         print("perplexity: tokenizing the input ..", file=err)
@@ -257,12 +264,13 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
 
     def on_chunk(run, i):
         rows.append(kld_table_row(run, i + 1))
-        if json_output:
-            return
-        if i == 0:
+        if json_output or ((i + 1) % n_seq and i + 1 < run.n_chunk):
+            return  # (a pass of n_seq chunks is printed at once, as llama.cpp's batch)
+        first = (i // n_seq) * n_seq  # the pass's first chunk
+        if first == 0:
             _eta("kl_divergence", time.perf_counter() - t0, run.n_chunk, n_seq)
             out.write(f"\n{KLD_TABLE_HEADER}\n")
-        out.write(rows[-1] + "\n")
+        out.write("".join(r + "\n" for r in rows[first:]))
         out.flush()
 
     run = kl_divergence(sess.ctx, sess.tokenizer, base, batch_size, on_start=on_start, on_chunk=on_chunk)
