@@ -285,6 +285,26 @@ def _init_z(SUB, a4):
 
 
 @ijit
+def _decode8(w, o, QH, QS, Q8, m0f):
+    """The 8 AVX lanes' quants of the 8 rows of the group-block at o: lane j = <32 x u8> (4 bytes per row:
+    elements 4j..4j+3; in the 4-bit formats chunk j's low nibbles are lane j, its high nibbles lane j + 4)."""
+    if Q8:
+        return (load32(w, o + QS), load32(w, o + QS + 32), load32(w, o + QS + 64), load32(w, o + QS + 96),
+                load32(w, o + QS + 128), load32(w, o + QS + 160), load32(w, o + QS + 192), load32(w, o + QS + 224))
+    c0 = load32(w, o + QS)
+    c1 = load32(w, o + QS + 32)
+    c2 = load32(w, o + QS + 64)
+    c3 = load32(w, o + QS + 96)
+    q = (and8(c0, m0f), and8(c1, m0f), and8(c2, m0f), and8(c3, m0f),
+         and8(srl16(c0, 4), m0f), and8(srl16(c1, 4), m0f), and8(srl16(c2, 4), m0f), and8(srl16(c3, 4), m0f))
+    if QH < 0:
+        return q
+    h = load32(w, o + QH)  # fifth bits: one bit per lane in each byte (repack's 8-row layout)
+    return (or8(q[0], q5_bits(h, 0)), or8(q[1], q5_bits(h, 1)), or8(q[2], q5_bits(h, 2)), or8(q[3], q5_bits(h, 3)),
+            or8(q[4], q5_bits(h, 4)), or8(q[5], q5_bits(h, 5)), or8(q[6], q5_bits(h, 6)), or8(q[7], q5_bits(h, 7)))
+
+
+@ijit
 def _decode16(w, o, QH, QS, Q8, m0f):
     """The 8 AVX lanes' quants of the 16 rows of the group-block at o: lane j = <64 x u8> (4 bytes per row)."""
     if Q8:  # chunk j = lane j
@@ -530,38 +550,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     for b in range(nb):
         for gi in range(n_groups):
             o = (g0 + gi) * gb + b * GB
-            if Q8:
-                v0 = load32(w, o + QS)
-                v1 = load32(w, o + QS + 32)
-                v2 = load32(w, o + QS + 64)
-                v3 = load32(w, o + QS + 96)
-                v4 = load32(w, o + QS + 128)
-                v5 = load32(w, o + QS + 160)
-                v6 = load32(w, o + QS + 192)
-                v7 = load32(w, o + QS + 224)
-            else:
-                c0 = load32(w, o + QS)
-                c1 = load32(w, o + QS + 32)
-                c2 = load32(w, o + QS + 64)
-                c3 = load32(w, o + QS + 96)
-                v0 = and8(c0, m0f)
-                v4 = and8(srl16(c0, 4), m0f)
-                v1 = and8(c1, m0f)
-                v5 = and8(srl16(c1, 4), m0f)
-                v2 = and8(c2, m0f)
-                v6 = and8(srl16(c2, 4), m0f)
-                v3 = and8(c3, m0f)
-                v7 = and8(srl16(c3, 4), m0f)
-                if QH >= 0:
-                    h = load32(w, o + QH)
-                    v0 = or8(v0, q5_bits(h, 0))
-                    v1 = or8(v1, q5_bits(h, 1))
-                    v2 = or8(v2, q5_bits(h, 2))
-                    v3 = or8(v3, q5_bits(h, 3))
-                    v4 = or8(v4, q5_bits(h, 4))
-                    v5 = or8(v5, q5_bits(h, 5))
-                    v6 = or8(v6, q5_bits(h, 6))
-                    v7 = or8(v7, q5_bits(h, 7))
+            v0, v1, v2, v3, v4, v5, v6, v7 = _decode8(w, o, QH, QS, Q8, m0f)
             for t in range(t0, t1):
                 oa = t * K + QK * b
                 # Q8_0: v_j = elements 4j..4j+3; 4-bit: v0..v3 = 4j..4j+3, v4..v7 = 16+4j..: same offsets
@@ -649,28 +638,7 @@ def gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
     for gi in range(ng):
         for b in range(nb):
             o = (r0 // G + gi) * gb + b * GB
-            c0 = load32(w, o + QS)
-            c1 = load32(w, o + QS + 32)
-            c2 = load32(w, o + QS + 64)
-            c3 = load32(w, o + QS + 96)
-            v0 = and8(c0, m0f)
-            v1 = and8(c1, m0f)
-            v2 = and8(c2, m0f)
-            v3 = and8(c3, m0f)
-            v4 = and8(srl16(c0, 4), m0f)
-            v5 = and8(srl16(c1, 4), m0f)
-            v6 = and8(srl16(c2, 4), m0f)
-            v7 = and8(srl16(c3, 4), m0f)
-            h = load32(w, o + max(QH, 0))  # (the d bytes when there are no Q5 bits; unused then)
-            if QH >= 0:
-                v0 = or8(v0, q5_bits(h, 0))
-                v1 = or8(v1, q5_bits(h, 1))
-                v2 = or8(v2, q5_bits(h, 2))
-                v3 = or8(v3, q5_bits(h, 3))
-                v4 = or8(v4, q5_bits(h, 4))
-                v5 = or8(v5, q5_bits(h, 5))
-                v6 = or8(v6, q5_bits(h, 6))
-                v7 = or8(v7, q5_bits(h, 7))
+            v0, v1, v2, v3, v4, v5, v6, v7 = _decode8(w, o, QH, QS, False, m0f)
             store_rows8(wq, gi * G * K + QK * b, K, v0, v1, v2, v3, v4, v5, v6, v7)
             d8 = load8_f16(w, o)
             for r in range(G):
