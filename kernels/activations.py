@@ -144,28 +144,40 @@ def swiglu_row(g, u, o, vec, tmp):
         o[k] = silu_f32(g[k]) * u[k]
 
 
-@pjit
-def _swiglu(gate, up, out, vec):
+@jit
+def _swiglu_serial(gate, up, out, vec):
     T, n = gate.shape
     if up.shape[0] != T or up.shape[1] != n or out.shape[0] != T or out.shape[1] != n:
         raise ValueError("swiglu: gate, up and out must have the same shape (T, n)")
-    if T * n >= PARALLEL_MIN_ELEMENTS and T > 1:
-        for t in prange(T):
-            tmp = np.empty(SWIGLU_CHUNK, np.float32)
-            swiglu_row(gate[t], up[t], out[t], vec, tmp)
-    else:
+    tmp = np.empty(SWIGLU_CHUNK, np.float32)
+    for t in range(T):
+        swiglu_row(gate[t], up[t], out[t], vec, tmp)
+
+
+@pjit
+def _swiglu_parallel(gate, up, out, vec):
+    T, n = gate.shape
+    if up.shape[0] != T or up.shape[1] != n or out.shape[0] != T or out.shape[1] != n:
+        raise ValueError("swiglu: gate, up and out must have the same shape (T, n)")
+    for t in prange(T):
         tmp = np.empty(SWIGLU_CHUNK, np.float32)
-        for t in range(T):
-            swiglu_row(gate[t], up[t], out[t], vec, tmp)
+        swiglu_row(gate[t], up[t], out[t], vec, tmp)
 
 
-@jit
+def _swiglu(gate, up, out, vec):
+    """A single token (and every small batch) runs the serial kernel, whose compile has no parallel region
+    (a cold first run compiles the one-token graph, issue #16)."""
+    if gate.shape[0] > 1 and gate.size >= PARALLEL_MIN_ELEMENTS:
+        _swiglu_parallel(gate, up, out, vec)
+    else:
+        _swiglu_serial(gate, up, out, vec)
+
+
 def swiglu(gate, up, out):
     """ggml SWIGLU (split): out = silu(gate) * up. gate, up, out: f32 (T, n_ff)."""
     _swiglu(gate, up, out, True)
 
 
-@jit
 def swiglu_libm(gate, up, out):
     """SWIGLU through the generic C path (libm expf for every element); for comparison only."""
     _swiglu(gate, up, out, False)

@@ -31,7 +31,7 @@ def dequantize(ggml_type: int, data: np.ndarray, n_elements: int) -> np.ndarray:
     out = np.empty(n_elements, np.float32)
     if n_blocks == 0:
         return out
-    # rows of g blocks so the kernel's prange has work to split
+    # the blocks as rows of g blocks (the kernels take rows; any split gives the same values)
     g = gcd(n_blocks, 64)
     rows = n_blocks // g
     raw = readonly(np.ascontiguousarray(data.reshape(-1)[:nbytes]).reshape(rows, g * fmt.type_size))

@@ -43,7 +43,7 @@ from numba import prange
 
 from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16, store16
 from kernels.activations import row_max, vec_soft_max
-from kernels.attention import _dot_lanes, _dots16_heads
+from kernels.attention import _dot_lanes, _dots16, _dots16_heads
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
@@ -111,15 +111,19 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj,
     H = q.shape[1]
     gqa = H // G
     h0 = g * gqa
-    # three heads per K block where 32 vector registers hold their operands (AVX512); one at a time is
-    # faster with 16 (AVX2: measured 11 -> 5 ns per head and cell)
-    n3 = (gqa // 3) * 3 if HAS_AVX512 else 0
     for j in range(gqa):
         for d in range(D):
             qv[j, d] = round_f16_scalar(q[t, h0 + j, d])
             acc[j, d] = 0
     for c0 in range(0, n_eff, 16):  # raw dots, K row stride G*D; head j's scores at j * n_eff
-        _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, gqa, n3, sc, c0, n_eff)
+        # three heads per K block where 32 vector registers hold their operands (AVX512); one at a time is
+        # faster with 16 (AVX2: measured 11 -> 5 ns per head and cell). numba prunes the branch a CPU does not
+        # take (a global constant): AVX2 does not compile the 3-head code (~1.5 s of a cold first run).
+        if HAS_AVX512:
+            _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, gqa, (gqa // 3) * 3, sc, c0, n_eff)
+        else:
+            for j in range(gqa):
+                store16(sc, c0 + j * n_eff, _dots16(k16, (c0 * G + g) * D, G * D, qv, j * D, D))
     for j in range(gqa):
         mj[j] = -np.inf
         sj[j] = 0

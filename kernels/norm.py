@@ -78,20 +78,38 @@ def rms_norm(x, eps, out):
             rms_norm_row(x[t], e, out[t])
 
 
-@pjit
-def rms_norm_mul(x, eps, w, out):
-    """ggml_mul(ggml_rms_norm(x, eps), w) (fused; same bits as rms_norm then mul_rows). w: f32 (n,)."""
+@jit
+def _rms_norm_mul_check(x, w, out):
     _check_same(x, out, "rms_norm_mul: x and out must have the same shape (T, n)")
-    T, n = x.shape
-    if w.shape[0] != n:
+    if w.shape[0] != x.shape[1]:
         raise ValueError("rms_norm_mul: w must be (n,)")
+
+
+@jit
+def _rms_norm_mul_serial(x, eps, w, out):
+    _rms_norm_mul_check(x, w, out)
     e = np.float32(eps)
-    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
-        for t in prange(T):
-            rms_norm_mul_row(x[t], e, w, out[t])
+    for t in range(x.shape[0]):
+        rms_norm_mul_row(x[t], e, w, out[t])
+
+
+@pjit
+def _rms_norm_mul_parallel(x, eps, w, out):
+    _rms_norm_mul_check(x, w, out)
+    e = np.float32(eps)
+    for t in prange(x.shape[0]):
+        rms_norm_mul_row(x[t], e, w, out[t])
+
+
+def rms_norm_mul(x, eps, w, out):
+    """ggml_mul(ggml_rms_norm(x, eps), w) (fused; same bits as rms_norm then mul_rows). w: f32 (n,).
+
+    A single token (and every small batch) runs the serial kernel, whose compile has no parallel region
+    (half the time: a cold first run, issue #16)."""
+    if x.shape[0] > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        _rms_norm_mul_parallel(x, eps, w, out)
     else:
-        for t in range(T):
-            rms_norm_mul_row(x[t], e, w, out[t])
+        _rms_norm_mul_serial(x, eps, w, out)
 
 
 @pjit
@@ -111,11 +129,12 @@ def mul_rows(x, w, out):
                 out[t, i] = x[t, i] * w[i]
 
 
-@pjit
+@jit
 def add(a, b, out):
     """ggml_add(a, b). a, out: f32 (T, n); b: f32 (T, n), or (n,) / (1, n) broadcast over rows (a bias).
 
-    b must be C-contiguous (it is reshaped to rows)."""
+    b must be C-contiguous (it is reshaped to rows). Serial: a 512-token batch of 1536 features takes ~0.12
+    ms, and a parallel region would double the compile of a cold first run's add (issue #16)."""
     _check_same(a, out, "add: a and out must have the same shape (T, n)")
     T, n = a.shape
     if b.shape[b.ndim - 1] != n:
@@ -124,13 +143,7 @@ def add(a, b, out):
     nb = b2.shape[0]
     if nb != 1 and nb != T:
         raise ValueError("add: b must have 1 or T rows")
-    if T > 1 and T * n >= PARALLEL_MIN_ELEMENTS:
-        for t in prange(T):
-            bt = t * (nb > 1)  # (not `t if ... else 0`: numba types that as float inside prange)
-            for i in range(n):
-                out[t, i] = a[t, i] + b2[bt, i]
-    else:
-        for t in range(T):
-            bt = t * (nb > 1)  # (not `t if ... else 0`: numba types that as float inside prange)
-            for i in range(n):
-                out[t, i] = a[t, i] + b2[bt, i]
+    for t in range(T):
+        bt = t if nb > 1 else 0
+        for i in range(n):
+            out[t, i] = a[t, i] + b2[bt, i]

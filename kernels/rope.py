@@ -185,19 +185,37 @@ def rope(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_fact
              freq_factors, CONTRACT)
 
 
-@pjit
-def rope_qk(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
-            corr_dims, freq_factors):
-    """rope on Q and K of the same tokens with one cos/sin cache per token (= rope(q), rope(k))."""
+@jit
+def _rope_qk_check(q, k, pos, q_out, k_out, n_dims, freq_factors):
     _check_rope(q, pos, q_out, n_dims, freq_factors)
     _check_rope(k, pos, k_out, n_dims, freq_factors)
-    T = q.shape[0]
+
+
+@jit
+def _rope_qk_serial(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
+                    corr_dims, freq_factors):
+    _rope_qk_check(q, k, pos, q_out, k_out, n_dims, freq_factors)
     prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
-    if T > 1 and q.size >= PARALLEL_MIN_ELEMENTS:
-        for t in prange(T):
-            _rope_tokens(q, k, pos, q_out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, CONTRACT)
-    else:
-        _rope_tokens(q, k, pos, q_out, k_out, 0, T, n_dims, neox, prm, freq_factors, CONTRACT)
+    _rope_tokens(q, k, pos, q_out, k_out, 0, q.shape[0], n_dims, neox, prm, freq_factors, CONTRACT)
+
+
+@pjit
+def _rope_qk_parallel(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
+                      corr_dims, freq_factors):
+    _rope_qk_check(q, k, pos, q_out, k_out, n_dims, freq_factors)
+    prm = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
+    for t in prange(q.shape[0]):
+        _rope_tokens(q, k, pos, q_out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, CONTRACT)
+
+
+def rope_qk(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
+            corr_dims, freq_factors):
+    """rope on Q and K of the same tokens with one cos/sin cache per token (= rope(q), rope(k)). A single
+    token (and every small batch) runs the serial kernel, whose compile has no parallel region (a cold first
+    run compiles the one-token graph, issue #16)."""
+    kernel = _rope_qk_parallel if q.shape[0] > 1 and q.size >= PARALLEL_MIN_ELEMENTS else _rope_qk_serial
+    kernel(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims,
+           freq_factors)
 
 
 # ----------------------------------------------------------------------------------------------

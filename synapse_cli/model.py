@@ -180,6 +180,10 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
     return dequantize(t.ggml_type, t.data, t.n_elements)
 
 
+# The one-token graph's steps a cold first run's helper process compiles (Context.warm_steps): the products,
+# whose kernels share most of their code (one process compiles it once), and the rope inside "qkv"; the main
+# process compiles the others and the weight repacks meanwhile (about half each for SmolLM2, issue #16).
+WARM_PRODUCTS = frozenset({"qkv", "attention", "attn_out", "gate_up", "swiglu", "ffn_down"})
 SINGLE_TOKEN_BATCH_MAX = 32  # the longest batch Context.single_token_batches decodes token by token
 CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
 
@@ -399,10 +403,11 @@ class Context:
 
         return TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
 
-    def warm_steps(self) -> list[Callable[[], None]]:
-        """A one-token graph cut into its operations, layer by layer in graph order, on scratch buffers: the
-        cold-cache helper process (synapse_cli/warm.py) runs them last to first, so that it compiles the kernels
-        the main process's warm-up reaches last. The results mean nothing (call reset() after)."""
+    def warm_steps(self) -> list[tuple[str, Callable[[], None]]]:
+        """A one-token graph cut into its operations (GraphOps method name, call), layer by layer in graph
+        order, on scratch buffers: a cold first run compiles them in two processes, the products
+        (WARM_PRODUCTS) in the helper (synapse_cli/warm.py), the rest in the main one. The results mean nothing
+        (call reset() after)."""
         m, hp = self.model, self.hp
         H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
         ops = self._graph_ops(1, None)
@@ -411,18 +416,19 @@ class Context:
         q_r, k_r = np.zeros((1, H, D), np.float32), np.zeros((1, Hkv, D), np.float32)
         gate, up = np.zeros((1, F), np.float32), np.zeros((1, F), np.float32)
         logits = np.zeros((1, hp.n_vocab), np.float32)
-        steps = [lambda: ops.embd(np.zeros(1, np.int32), x)]
+        steps = [("embd", lambda: ops.embd(np.zeros(1, np.int32), x))]
         for il, L in enumerate(m.layers):
-            steps += [lambda L=L: ops.norm(x, L.attn_norm, cur, ("", ""), ""),
-                      lambda il=il, L=L: ops.qkv(il, L, cur, q, k, v, q_r, k_r),
-                      lambda il=il: ops.attention(il, q_r, k_r, v.reshape(1, Hkv, D), kqv),
-                      lambda il=il, L=L: ops.attn_out(il, L, kqv, a),
-                      lambda: ops.add("", a, x, fi),
-                      lambda L=L: ops.norm(fi, L.ffn_norm, cur, ("", ""), ""),
-                      lambda il=il, L=L: ops.gate_up(il, L, cur, gate, up),
-                      lambda il=il: ops.swiglu(il, gate, up),
-                      lambda il=il, L=L: ops.ffn_down(il, L, gate, fo)]
-        steps += [lambda: ops.norm(x, m.output_norm, cur, ("", ""), ""), lambda: ops.logits(cur, logits)]
+            steps += [("norm", lambda L=L: ops.norm(x, L.attn_norm, cur, ("", ""), "")),
+                      ("qkv", lambda il=il, L=L: ops.qkv(il, L, cur, q, k, v, q_r, k_r)),
+                      ("attention", lambda il=il: ops.attention(il, q_r, k_r, v.reshape(1, Hkv, D), kqv)),
+                      ("attn_out", lambda il=il, L=L: ops.attn_out(il, L, kqv, a)),
+                      ("add", lambda: ops.add("", a, x, fi)),
+                      ("norm", lambda L=L: ops.norm(fi, L.ffn_norm, cur, ("", ""), "")),
+                      ("gate_up", lambda il=il, L=L: ops.gate_up(il, L, cur, gate, up)),
+                      ("swiglu", lambda il=il: ops.swiglu(il, gate, up)),
+                      ("ffn_down", lambda il=il, L=L: ops.ffn_down(il, L, gate, fo))]
+        steps += [("norm", lambda: ops.norm(x, m.output_norm, cur, ("", ""), "")),
+                  ("logits", lambda: ops.logits(cur, logits))]
         return steps
 
     def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None):

@@ -60,11 +60,21 @@ def kernel_cache_is_cold() -> bool:
 def warm_up(ctx: Context, show_progress: bool = True, helper=None, batch_pending: bool = False) -> None:
     """Run one token through the model and forget it: compiles (or loads) every kernel once. `helper`: the
     cold-cache warm-up process (synapse_cli/warm.py) started with the model load: in the batch-invariant
-    order it compiles the single-token kernels from the graph's end meanwhile, and while the batch kernels are
+    order it compiles the one-token graph's products meanwhile (this process the other steps), and while the batch kernels are
     pending (batch_pending: it, or an earlier run's helper, compiles them for later runs) short batches are
     decoded token by token; in llama.cpp's batch order it compiles the batch kernels, and is waited for."""
 
     def run():
+        if helper is not None and ctx.batch_invariant:
+            # cold cache: compile the steps the helper leaves to us, then load its products from the cache
+            from .model import WARM_PRODUCTS
+            from .warm import wait_one_token
+
+            for name, step in ctx.warm_steps():
+                if name not in WARM_PRODUCTS:
+                    step()
+            ctx.reset()
+            wait_one_token(helper)
         ctx.decode([0])
         ctx.reset()
         if ctx.batch_invariant:

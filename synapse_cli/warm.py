@@ -2,13 +2,15 @@
 
 Compilation is single-threaded, and a first run (empty kernel cache) compiles every kernel the model uses. So
 `session.open_session` starts this process (`python -m synapse_cli.warm ...`) before it loads the model: it
-opens the same model and context settings and
+opens the same model and context settings, with the weights' packed arrays allocated but not filled
+(kernels.quants.base.layout_only: the main process compiles and runs the repacks), and
 
-  * in the batch-invariant order (the default): runs the one-token graph's operations last to first
-    (Context.warm_steps), compiling into the shared numba cache the single-token kernels the main process's
-    warm-up reaches last, which then loads them from there; then, at the lowest CPU priority, a 16-token
-    batch, which compiles the batch kernels for the next runs (the main process decodes short prompts token by
-    token meanwhile: the same bits, Context.single_token_batches) - this part may outlive the main process;
+  * in the batch-invariant order (the default): runs the one-token graph's products (model.WARM_PRODUCTS of
+    Context.warm_steps), compiling their kernels into the shared numba cache while the main process compiles
+    the other steps', then says so on stdout (the main process waits for that line, then loads them); then, at
+    the lowest CPU priority, a 16-token batch, which compiles the batch kernels for the next runs (the main
+    process decodes short prompts token by token meanwhile: the same bits, Context.single_token_batches) -
+    this part may outlive the main process;
   * with --llama-batch-order (whose batches must use the batch kernels): the 16-token batch only, which the
     main process waits for.
 
@@ -23,6 +25,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+
+ONE_TOKEN_DONE = "one-token products compiled"
+
+
+def wait_one_token(helper) -> None:
+    """Until the helper started by start() has compiled its one-token steps (or has ended)."""
+    if helper.stdout is not None:
+        helper.stdout.readline()  # its line, or b"" when it ends without it
 
 
 def _marker(model_path: str, settings: list[str]) -> Path:
@@ -67,7 +78,7 @@ def start(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k: str, cache_t
     try:
         stem.parent.mkdir(parents=True, exist_ok=True)
         p = subprocess.Popen([sys.executable, "-m", "synapse_cli.warm", model_path, *settings,
-                              "--marker", str(stem)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              "--marker", str(stem)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, env=env)
     except OSError:
         return None, False
@@ -88,15 +99,21 @@ def main(argv: list[str] | None = None) -> int:
     stem = Path(a.marker) if a.marker else None
     if stem is not None:
         stem.with_suffix(".pid").write_text(str(os.getpid()))
-    from .model import Context, Model
+    from kernels.quants.base import layout_only
 
-    model = Model.load(a.model)
+    from .model import WARM_PRODUCTS, Context, Model
+
+    with layout_only():
+        model = Model.load(a.model)
     ctx = Context(model, n_ctx=a.n_ctx, n_ubatch=a.n_ubatch, cache_type_k=a.ctk, cache_type_v=a.ctv, n_threads=1,
                   batch_invariant=bool(a.batch_invariant), flash_attn=bool(a.flash_attn))
     if ctx.batch_invariant:
-        for step in reversed(ctx.warm_steps()):
-            step()
+        for name, step in ctx.warm_steps():
+            if name in WARM_PRODUCTS:
+                step()
         ctx.reset()
+        print(ONE_TOKEN_DONE, flush=True)  # (session.warm_up waits for this line)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the main process may be gone by the next output
         os.nice(19)  # the batch kernels are for later runs: yield to the main process's computation
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
     if stem is not None:

@@ -84,7 +84,7 @@ def test_cold_cache_token_by_token_batches_and_warm_steps():
     ref = Context(model, n_ctx=256)
     ref_all = ref.decode(PROMPT, all_logits=True)
     ctx = Context(model, n_ctx=256)
-    for step in reversed(ctx.warm_steps()):
+    for _, step in reversed(ctx.warm_steps()):
         step()
     ctx.reset()
     ctx.single_token_batches = True
@@ -93,6 +93,50 @@ def test_cold_cache_token_by_token_batches_and_warm_steps():
     assert all(np.array_equal(a, b) for a, b in zip(ctx.k_cache, ref.k_cache))
     ctx.reset()
     assert np.array_equal(ctx.decode(PROMPT, all_logits=True), ref_all)
+
+
+def test_layout_only_load_packs_nothing_but_keeps_every_kernel_type(monkeypatch):
+    """The cold-cache helper's model (kernels.quants.base.layout_only): the same packed arrays (shape, dtype,
+    writability, contiguity: what numba compiles for) as a real load, without running a repack kernel."""
+    from kernels.quants import base, q32, q4_k
+
+    calls = []
+    for mod in (q32, q4_k):
+        name = "repack" if mod is q32 else "_repack"
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, real=real: (calls.append(1), real(*a)))
+    for name in ("tiny-llama-Q4_K_M", "tiny-llama-Q4_1"):
+        calls.clear()
+        real = _load(name)
+        assert calls, f"{name}: the real load repacks"
+        calls.clear()
+        with base.layout_only():
+            shell = _load(name)
+        assert not calls, f"{name}: a layout-only load ran a repack kernel"
+        compared = 0
+        for a, b in zip(real.layers[0].__dict__.values(), shell.layers[0].__dict__.values()):
+            for pa, pb in zip(getattr(a, "packed", ()), getattr(b, "packed", ())):
+                if isinstance(pa, np.ndarray):
+                    assert (pa.shape, pa.dtype, pa.flags.writeable, pa.flags.c_contiguous) == \
+                        (pb.shape, pb.dtype, pb.flags.writeable, pb.flags.c_contiguous)
+                    compared += 1
+        assert compared >= 7, f"{name}: {compared} packed arrays compared"
+
+
+def test_cold_helper_announces_its_one_token_half_then_finishes():
+    """synapse_cli/warm.py as session.warm_up starts it: its one-token products, the line the main process
+    waits for (wait_one_token), then the batch kernels; and a helper that ends without the line ends the
+    wait too."""
+    from synapse_cli.warm import ONE_TOKEN_DONE, wait_one_token
+
+    p = subprocess.Popen([sys.executable, "-m", "synapse_cli.warm", str(TINY_MODELS / "tiny-llama-Q4_1.gguf"),
+                          "--n-ctx", "256"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err.decode()[-2000:]
+    assert out.decode().splitlines() == [ONE_TOKEN_DONE]
+    quiet = subprocess.Popen([sys.executable, "-c", "pass"], stdout=subprocess.PIPE)
+    wait_one_token(quiet)  # returns at the end of its output
+    assert quiet.wait(timeout=60) == 0
 
 
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0"])

@@ -10,8 +10,9 @@ Adding a format = writing one module and listing it in kernels/quants/__init__.p
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -75,6 +76,28 @@ def empty_aligned(shape, dtype, zero: bool = False) -> np.ndarray:
 
 def zeros_aligned(shape, dtype) -> np.ndarray:
     return empty_aligned(shape, dtype, zero=True)
+
+
+_layout_only = False
+
+
+@contextmanager
+def layout_only() -> Iterator[None]:
+    """Weights packed inside this block get their kernels' arrays, shapes and types but not their bytes: the
+    cold-cache helper process (synapse_cli/warm.py) compiles kernels on such weights without compiling, or
+    running, the repacks (whose results it never uses)."""
+    global _layout_only
+    old, _layout_only = _layout_only, True
+    try:
+        yield
+    finally:
+        _layout_only = old
+
+
+def run_repack(repack: Callable[..., None], *args) -> None:
+    """repack(*args): a format's repack kernel filling its out array (skipped inside layout_only())."""
+    if not _layout_only:
+        repack(*args)
 
 
 def readonly(a: np.ndarray) -> np.ndarray:

@@ -25,23 +25,23 @@ from ._bits import bf16_to_f32, f16_to_f32
 from .base import BlockFormat, register
 
 
-@pjit
+@jit
 def _dequantize_f32(w, ids, out):
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         out[i, :] = w[ids[i]]
 
 
-@pjit
+@jit
 def _dequantize_f16(w, ids, out):
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = w[ids[i]]
         for k in range(out.shape[1]):
             out[i, k] = f16_to_f32(row[k])
 
 
-@pjit
+@jit
 def _dequantize_bf16(w, ids, out):
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = w[ids[i]]
         for k in range(out.shape[1]):
             out[i, k] = bf16_to_f32(row[k])

@@ -30,7 +30,7 @@ from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
                     maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
-from .base import BlockFormat, llama_repacks, register
+from .base import BlockFormat, llama_repacks, register, run_repack
 
 BLOCK_BYTES = 84
 
@@ -43,10 +43,10 @@ def _q2(row, o, e):
     return np.int32((row[o + 16 + 32 * h + l] >> (2 * j)) & 3)
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK_K):
             o = b * BLOCK_BYTES
@@ -272,7 +272,7 @@ def _gemv(w, qs, bsums, yd, out, mode):
 
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
-    _repack(raw, out)
+    run_repack(_repack, raw, out)
     return (out, _REPACK if llama_repacks(GGMLType.Q2_K, raw.shape[0]) else _VEC_DOT)
 
 

@@ -60,7 +60,7 @@ import numpy as np
 from numba import prange
 
 from ..config import ijit, jit, pjit
-from .base import empty_aligned
+from .base import empty_aligned, run_repack
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                        load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
                        zero16f, zero16x32)
@@ -685,7 +685,7 @@ def gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
 def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R=G):
     N, rb = raw.shape
     out = empty_aligned(((N + R - 1) // R, rb // BB * GB), np.uint8)
-    repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out)
+    run_repack(repack, raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out)
     return (out,)
 
 

@@ -30,7 +30,7 @@ from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load32, maddubs, prefetch_span,
                     scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
-from .base import BlockFormat, register
+from .base import BlockFormat, register, run_repack
 
 BLOCK_BYTES = 110
 
@@ -58,10 +58,10 @@ def _q3(row, o, e):
     return lo - np.int32(4)
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK_K):
             o = b * BLOCK_BYTES
@@ -236,7 +236,7 @@ def _gemm_tiled(w, qs, yd, out):
 
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
-    _repack(raw, out)
+    run_repack(_repack, raw, out)
     return (out,)
 
 

@@ -53,7 +53,7 @@ from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, 
                     splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
 from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z
-from .base import BlockFormat, empty_aligned, llama_repacks, register, zeros_aligned
+from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, zeros_aligned
 
 BLOCK_BYTES = 144
 
@@ -68,10 +68,10 @@ def scale_min_k4(row, o, j):
     return np.int32(sc), np.int32(mn)
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK_K):
             o = b * BLOCK_BYTES
@@ -381,9 +381,9 @@ def _mm_unpacked(packed, a, out, llama_order=False):
 def _pack_fast(raw, K):
     out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     if llama_repacks(GGMLType.Q4_K, raw.shape[0]):
-        _repack(raw, out, True)
+        run_repack(_repack, raw, out, True)
         return (out,)
-    _repack(raw, out, False)
+    run_repack(_repack, raw, out, False)
     return (out, "vec_dot")
 
 

@@ -26,10 +26,10 @@ QK = 32
 BLOCK_BYTES = 22
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK):
             o = b * BLOCK_BYTES

@@ -31,16 +31,16 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8
                     mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32,
                     zerof)
 from ..fp16 import fma_f32
-from .base import BlockFormat, register
+from .base import BlockFormat, register, run_repack
 from .q4_k import scale_min_k4
 
 BLOCK_BYTES = 176
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK_K):
             o = b * BLOCK_BYTES
@@ -227,7 +227,7 @@ def _gemm_tiled(w, qs, yd, bs32, out):
 
 def _pack_fast(raw, K):
     out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
-    _repack(raw, out)
+    run_repack(_repack, raw, out)
     return (out,)
 
 

@@ -53,10 +53,10 @@ def _q6(row, o, e):
     return np.int32(lo | (hi << 4)) - np.int32(32)
 
 
-@pjit
+@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
-    for i in prange(ids.shape[0]):
+    for i in range(ids.shape[0]):
         row = raw[ids[i]]
         for b in range(K // QK_K):
             o = b * BLOCK_BYTES
