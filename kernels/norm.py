@@ -88,17 +88,15 @@ def _rms_norm_mul_check(x, w, out):
 @jit
 def _rms_norm_mul_serial(x, eps, w, out):
     _rms_norm_mul_check(x, w, out)
-    e = np.float32(eps)
     for t in range(x.shape[0]):
-        rms_norm_mul_row(x[t], e, w, out[t])
+        rms_norm_mul_row(x[t], np.float32(eps), w, out[t])
 
 
 @pjit
 def _rms_norm_mul_parallel(x, eps, w, out):
     _rms_norm_mul_check(x, w, out)
-    e = np.float32(eps)
     for t in prange(x.shape[0]):
-        rms_norm_mul_row(x[t], e, w, out[t])
+        rms_norm_mul_row(x[t], np.float32(eps), w, out[t])
 
 
 def rms_norm_mul(x, eps, w, out):
