@@ -140,6 +140,8 @@ def repack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R, out):
                                 load16_lo(raw, n4 * rs + src), load16_lo(raw, n5 * rs + src),
                                 load16_lo(raw, n6 * rs + src), load16_lo(raw, n7 * rs + src))
             continue
+        if XG == 8:  # R is 8 (above): 16-row groups exist where XG == 16 only; numba prunes the rest here
+            continue
         for r in range(R):
             n = min(R * g + r, N - 1)
             row = raw[n]
