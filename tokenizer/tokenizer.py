@@ -53,6 +53,23 @@ def decode_utf8_lossy(data: bytes) -> str:
     return data.decode("utf-8", "synapse.perbyte")
 
 
+def _special(out: list[int], wanted: bool, token: int, missing: str) -> None:
+    """Append a special token (BOS, EOS, SEP) when wanted; llama.cpp's error when the vocabulary has none."""
+    if wanted:
+        if token == NULL:
+            raise VocabError(missing)
+        out.append(token)
+
+
+def _texts(fragments, out: list[int]):
+    """The text fragments in order; the special-token ids between them go to out as they come."""
+    for frag in fragments:
+        if isinstance(frag, int):
+            out.append(frag)
+        else:
+            yield frag
+
+
 class Tokenizer:
     """A GGUF vocabulary's tokenizer (SPM, BPE, WPM, UGM or RWKV), bit-exact with llama.cpp."""
 
@@ -101,10 +118,7 @@ class Tokenizer:
         out: list[int] = []
         if v.is_spm:
             is_prev_special = True
-            if add_special and v.add_bos:
-                if v.bos_id == NULL:
-                    raise VocabError("add_bos is set but the vocabulary has no BOS token")
-                out.append(v.bos_id)
+            _special(out, add_special and v.add_bos, v.bos_id, "add_bos is set but the vocabulary has no BOS token")
             t2i, scores, n = v.token_to_id, v.scores, v.n_tokens
             for frag in fragments:
                 if isinstance(frag, int):
@@ -116,52 +130,29 @@ class Tokenizer:
                     raw = b" " + raw
                 spm_tokenize(raw.replace(b" ", _ESCAPED_SPACE), t2i, scores, n, out)
                 is_prev_special = False
-            if add_special and v.add_eos:
-                if v.eos_id == NULL:
-                    raise VocabError("add_eos is set but the vocabulary has no EOS token")
-                out.append(v.eos_id)
+            _special(out, add_special and v.add_eos, v.eos_id, "add_eos is set but the vocabulary has no EOS token")
             return out
         if v.type == "wpm":
             from .wpm import wpm_tokenize
 
-            if add_special:
-                if v.bos_id == NULL:
-                    raise VocabError("the vocabulary has no BOS (CLS) token")
-                out.append(v.bos_id)
-            for frag in fragments:
-                if isinstance(frag, int):
-                    out.append(frag)
-                else:
-                    wpm_tokenize(frag, v.token_to_id, v.max_token_len, v.unk_id, v.lowercase, v.strip_accents,
-                                 self._word_cache, out)
-            if add_special:
-                if v.sep_id == NULL:
-                    raise VocabError("the vocabulary has no SEP token")
-                out.append(v.sep_id)
+            _special(out, add_special, v.bos_id, "the vocabulary has no BOS (CLS) token")
+            for frag in _texts(fragments, out):
+                wpm_tokenize(frag, v.token_to_id, v.max_token_len, v.unk_id, v.lowercase, v.strip_accents,
+                             self._word_cache, out)
+            _special(out, add_special, v.sep_id, "the vocabulary has no SEP token")
             return out
         if v.type == "rwkv":
-            for frag in fragments:
-                if isinstance(frag, int):
-                    out.append(frag)
-                else:
-                    self._session.tokenize(frag if is_bytes else utf8_encode(frag), out)
+            for frag in _texts(fragments, out):
+                self._session.tokenize(frag if is_bytes else utf8_encode(frag), out)
             return out
         # BPE and UGM
-        if add_special and v.add_bos:
-            if v.bos_id == NULL:
-                raise VocabError("add_bos is set but the vocabulary has no BOS token")
-            out.append(v.bos_id)
-        for frag in fragments:
-            if isinstance(frag, int):
-                out.append(frag)
-            elif v.type == "ugm":
+        _special(out, add_special and v.add_bos, v.bos_id, "add_bos is set but the vocabulary has no BOS token")
+        for frag in _texts(fragments, out):
+            if v.type == "ugm":
                 self._session.tokenize(frag if is_bytes else utf8_encode(frag), out)
             else:
                 self._bpe_fragment(utf8_decode_llama(frag) if is_bytes else frag, out)
-        if add_special and v.add_eos:
-            if v.eos_id == NULL:
-                raise VocabError("add_eos is set but the vocabulary has no EOS token")
-            out.append(v.eos_id)
+        _special(out, add_special and v.add_eos, v.eos_id, "add_eos is set but the vocabulary has no EOS token")
         return out
 
     def _bpe_fragment(self, text: str, out: list[int]) -> None:

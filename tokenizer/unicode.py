@@ -536,6 +536,8 @@ def collapse_regex(regex_expr: str) -> str:
 _ECMA_SPACE = "\\t\\n\\x0b\\x0c\\r "
 _ECMA_DIGIT = "0-9"
 _ECMA_WORD = "0-9A-Za-z_"
+_ECMA_CLASSES = {"s": _ECMA_SPACE, "d": _ECMA_DIGIT, "w": _ECMA_WORD}  # \s \d \w (upper case: the complement)
+_ECMA_NAMED = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}  # \n ... \0
 
 
 def ecma_to_python(pattern: str) -> str:
@@ -550,17 +552,16 @@ def ecma_to_python(pattern: str) -> str:
     def atom_escape(j: int) -> tuple[str, int, str | None]:
         """Escape at pattern[j] == '\\' inside a class -> (kind, next index, char or class body)."""
         c = pattern[j + 1] if j + 1 < n else ""
-        if c in "sdw":
-            return "class", j + 2, {"s": _ECMA_SPACE, "d": _ECMA_DIGIT, "w": _ECMA_WORD}[c]
+        if c in _ECMA_CLASSES:
+            return "class", j + 2, _ECMA_CLASSES[c]
         if c in "SDWbB" or c.isdigit() and c != "0":
             raise ValueError(f"unsupported escape \\{c} inside a class in {pattern!r}")
         if c == "x":
             return "char", j + 4, chr(int(pattern[j + 2 : j + 4], 16))
         if c == "u":
             return "char", j + 6, chr(int(pattern[j + 2 : j + 6], 16))
-        named = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
-        if c in named:
-            return "char", j + 2, named[c]
+        if c in _ECMA_NAMED:
+            return "char", j + 2, _ECMA_NAMED[c]
         return "char", j + 2, c
 
     while i < n:
@@ -601,18 +602,8 @@ def ecma_to_python(pattern: str) -> str:
             continue
         if c == "\\":
             d = pattern[i + 1] if i + 1 < n else ""
-            if d == "s":
-                out.append(f"[{_ECMA_SPACE}]")
-            elif d == "S":
-                out.append(f"[^{_ECMA_SPACE}]")
-            elif d == "d":
-                out.append(f"[{_ECMA_DIGIT}]")
-            elif d == "D":
-                out.append(f"[^{_ECMA_DIGIT}]")
-            elif d == "w":
-                out.append(f"[{_ECMA_WORD}]")
-            elif d == "W":
-                out.append(f"[^{_ECMA_WORD}]")
+            if d.lower() in _ECMA_CLASSES:
+                out.append(f"[{'^' if d.isupper() else ''}{_ECMA_CLASSES[d.lower()]}]")
             elif d in "bB" or d.isdigit() and d != "0" or d == "":
                 raise ValueError(f"unsupported escape \\{d} in {pattern!r}")
             elif d == "x":
@@ -623,8 +614,8 @@ def ecma_to_python(pattern: str) -> str:
                 out.append(_esc(int(pattern[i + 2 : i + 6], 16)))
                 i += 6
                 continue
-            elif d in "nrtfv0":
-                out.append(_esc(ord({"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}[d])))
+            elif d in _ECMA_NAMED:
+                out.append(_esc(ord(_ECMA_NAMED[d])))
             else:
                 out.append(re.escape(d))
             i += 2

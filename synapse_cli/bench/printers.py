@@ -91,6 +91,14 @@ def _join_g(xs: Iterable[float]) -> str:
     return ", ".join("%g" % x for x in xs)
 
 
+def _json_members(r, extras) -> tuple[list[str], list[str], list[str]]:
+    """A test's `"name": value` members: llama-bench's fields, its two sample arrays, then synapse's extras."""
+    fields = [f'"{name}": {format_json_value(name, v)}' for name, v in zip(FIELDS, r.values())]
+    samples = [f'"samples_ns": [ {", ".join(str(x) for x in r.samples_ns)} ]',
+               f'"samples_ts": [ {_join_g(r.samples_ts)} ]']
+    return fields, samples, [f'"{k}": {_extra_json(r.extras.get(k))}' for k in extras]
+
+
 class JsonPrinter(Printer):
     def __init__(self, out, extras):
         super().__init__(out, extras)
@@ -104,14 +112,8 @@ class JsonPrinter(Printer):
             self.first = False
         else:
             self._w(",\n")
-        self._w("  {\n")
-        for name, v in zip(FIELDS, r.values()):
-            self._w(f'    "{name}": {format_json_value(name, v)},\n')
-        self._w(f'    "samples_ns": [ {", ".join(str(x) for x in r.samples_ns)} ],\n')
-        self._w(f'    "samples_ts": [ {_join_g(r.samples_ts)} ]')
-        for k in self.extras:
-            self._w(f',\n    "{k}": {_extra_json(r.extras.get(k))}')
-        self._w("\n  }")
+        fields, samples, extras = _json_members(r, self.extras)
+        self._w("  {\n" + ",\n".join("    " + m for m in fields + samples + extras) + "\n  }")
         self.out.flush()
 
     def footer(self, info=None):
@@ -120,15 +122,9 @@ class JsonPrinter(Printer):
 
 class JsonlPrinter(Printer):
     def test(self, r):
-        parts = ["{"]
-        for name, v in zip(FIELDS, r.values()):
-            parts.append(f'"{name}": {format_json_value(name, v)}, ')
-        parts.append(f'"samples_ns": [ {", ".join(str(x) for x in r.samples_ns)} ],')
-        parts.append(f'"samples_ts": [ {_join_g(r.samples_ts)} ]')
-        for k in self.extras:
-            parts.append(f', "{k}": {_extra_json(r.extras.get(k))}')
-        parts.append("}\n")
-        self._w("".join(parts))
+        fields, (ns, ts), extras = _json_members(r, self.extras)
+        # llama-bench's separators, no space after the samples_ns array's comma included
+        self._w("{" + "".join(m + ", " for m in fields) + ns + "," + ts + "".join(", " + m for m in extras) + "}\n")
         self.out.flush()
 
 

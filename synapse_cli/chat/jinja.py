@@ -110,9 +110,6 @@ def _json_float(x: float) -> str:
 
 def _to_json(v, lvl: int, indent: int, item_sep: str, key_sep: str, out: list) -> None:
     """value_to_json_internal (common/jinja/value.cpp)."""
-    pad = " " * (lvl * indent) if indent > 0 else ""
-    step = " " * indent if indent > 0 else ""
-    nl = "\n" if indent >= 0 else ""
     if v is None or isinstance(v, jinja2.Undefined):
         out.append("null")
     elif isinstance(v, bool):
@@ -124,36 +121,39 @@ def _to_json(v, lvl: int, indent: int, item_sep: str, key_sep: str, out: list) -
     elif isinstance(v, str):
         out.append(_json_string(v))
     elif isinstance(v, (list, tuple)):
-        out.append("[")
-        if v:
-            out.append(nl)
-            for i, item in enumerate(v):
-                out.append(pad + step)
-                _to_json(item, lvl + 1, indent, item_sep, key_sep, out)
-                if i < len(v) - 1:
-                    out.append(item_sep)
-                out.append(nl)
-            out.append(pad)
-        out.append("]")
+        _container("[", "]", [(_NO_KEY, item) for item in v], lvl, indent, item_sep, key_sep, out)
     elif isinstance(v, Mapping):
         if isinstance(v, _TrackedDict):
             v.mark_all()
         items = list(dict.items(v)) if isinstance(v, dict) else list(v.items())
-        out.append("{")
-        if items:
-            out.append(nl)
-            for i, (k, item) in enumerate(items):
-                out.append(pad + step)
-                out.append(_json_string(str(k)))
-                out.append(key_sep)
-                _to_json(item, lvl + 1, indent, item_sep, key_sep, out)
-                if i < len(items) - 1:
-                    out.append(item_sep)
-                out.append(nl)
-            out.append(pad)
-        out.append("}")
+        _container("{", "}", items, lvl, indent, item_sep, key_sep, out)
     else:
         out.append("null")
+
+
+_NO_KEY = object()  # an array item's key in _container
+
+
+def _container(open_: str, close: str, items: list, lvl: int, indent: int, item_sep: str, key_sep: str,
+               out: list) -> None:
+    """An array ((_NO_KEY, value) items) or object ((key, value) items), one item per line when indenting."""
+    pad = " " * (lvl * indent) if indent > 0 else ""
+    step = " " * indent if indent > 0 else ""
+    nl = "\n" if indent >= 0 else ""
+    out.append(open_)
+    if items:
+        out.append(nl)
+        for i, (k, item) in enumerate(items):
+            out.append(pad + step)
+            if k is not _NO_KEY:
+                out.append(_json_string(str(k)))
+                out.append(key_sep)
+            _to_json(item, lvl + 1, indent, item_sep, key_sep, out)
+            if i < len(items) - 1:
+                out.append(item_sep)
+            out.append(nl)
+        out.append(pad)
+    out.append(close)
 
 
 def _ensure_ascii(s: str) -> str:
