@@ -208,6 +208,13 @@ def test_malformed_block_is_an_error_with_its_line(tmp_path):
     bad.write_text("".join(lines))
     with pytest.raises(EvalCbError, match=r"bad\.log:5: row has 5 values"):
         load_trace(bad)
+    # a '...' before a row's first N_SHOW values
+    lines = tensor_section(TINY.read_text()).splitlines(keepends=True)
+    lines[k], n = re.subn(r"^(\s+\[\s*)-?\d+\.\d{4},", r"\1...,", lines[k])
+    assert n == 1
+    bad.write_text("".join(lines))
+    with pytest.raises(EvalCbError, match=r"bad\.log:5: misplaced '\.\.\.' along i0"):
+        load_trace(bad)
 
 
 def test_unreadable_inputs_raise_one_line_errors(tmp_path):

@@ -249,6 +249,17 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
     def fail(j: int, what: str):
         raise EvalCbError(f"{where}:{j + 1}: {what} in the values of '{rec.name}' (header line {rec.line})")
 
+    def ellipsis(j: int, items: list, saw: bool, axis: str) -> bool:
+        """A '...' along an axis: once, after its first N_SHOW items (llama.cpp's print_tensor)."""
+        if len(items) != N_SHOW or saw:
+            fail(j, f"misplaced '...' along {axis}")
+        return True
+
+    def count(j: int, items: list, d: int, saw: bool, what: str) -> None:
+        """All of an axis' shown items: k_d of them, with a '...' where ne[d] > 2 N_SHOW."""
+        if len(items) != len(exp[d]) or saw != (ne[d] > 2 * N_SHOW):
+            fail(j, f"{what}, expected {len(exp[d])} for ne{d}={ne[d]}")
+
     if i < n_lines and _SUM_RE.match(lines[i]):  # `--no-values` output: header + sum only
         try:
             rec.sum = _parse_float(_SUM_RE.match(lines[i]).group("v"))
@@ -273,9 +284,7 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
                     i += 1
                     break
                 if s in ("...,", "..."):
-                    if len(block) != N_SHOW or saw2:
-                        fail(i, "misplaced '...' along i2")
-                    saw2 = True
+                    saw2 = ellipsis(i, block, saw2, "i2")
                     i += 1
                     continue
                 if s != "[":
@@ -289,9 +298,7 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
                         i += 1
                         break
                     if s in ("...,", "..."):
-                        if len(rows) != N_SHOW or saw1:
-                            fail(i, "misplaced '...' along i1")
-                        saw1 = True
+                        saw1 = ellipsis(i, rows, saw1, "i1")
                         i += 1
                         continue
                     if not (s.startswith("[") and s.endswith("],")):
@@ -302,23 +309,18 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
                     saw0 = False
                     for t in toks:
                         if t == "...":
-                            if len(row) != N_SHOW or saw0:
-                                fail(i, "misplaced '...' along i0")
-                            saw0 = True
+                            saw0 = ellipsis(i, row, saw0, "i0")
                             continue
                         try:
                             row.append(_parse_float(t))
                         except ValueError:
                             fail(i, f"bad number '{t}'")
-                    if len(row) != k0 or saw0 != (ne[0] > 2 * N_SHOW):
-                        fail(i, f"row has {len(row)} values, expected {k0} for ne0={ne[0]}")
+                    count(i, row, 0, saw0, f"row has {len(row)} values")
                     rows.append(row)
                     i += 1
-                if len(rows) != k1 or saw1 != (ne[1] > 2 * N_SHOW):
-                    fail(i - 1, f"{len(rows)} rows, expected {k1} for ne1={ne[1]}")
+                count(i - 1, rows, 1, saw1, f"{len(rows)} rows")
                 block.append(rows)
-            if len(block) != k2 or saw2 != (ne[2] > 2 * N_SHOW):
-                fail(i - 1, f"{len(block)} i2 blocks, expected {k2} for ne2={ne[2]}")
+            count(i - 1, block, 2, saw2, f"{len(block)} i2 blocks")
             m = _SUM_RE.match(line(i))
             if m is None:
                 fail(i, "expected 'sum = '")
