@@ -145,21 +145,24 @@ def swiglu_row(g, u, o, vec, tmp):
 
 
 @jit
-def _swiglu_serial(gate, up, out, vec):
+def _swiglu_check(gate, up, out):
     T, n = gate.shape
     if up.shape[0] != T or up.shape[1] != n or out.shape[0] != T or out.shape[1] != n:
         raise ValueError("swiglu: gate, up and out must have the same shape (T, n)")
+
+
+@jit
+def _swiglu_serial(gate, up, out, vec):
+    _swiglu_check(gate, up, out)
     tmp = np.empty(SWIGLU_CHUNK, np.float32)
-    for t in range(T):
+    for t in range(gate.shape[0]):
         swiglu_row(gate[t], up[t], out[t], vec, tmp)
 
 
 @pjit
 def _swiglu_parallel(gate, up, out, vec):
-    T, n = gate.shape
-    if up.shape[0] != T or up.shape[1] != n or out.shape[0] != T or out.shape[1] != n:
-        raise ValueError("swiglu: gate, up and out must have the same shape (T, n)")
-    for t in prange(T):
+    _swiglu_check(gate, up, out)
+    for t in prange(gate.shape[0]):
         tmp = np.empty(SWIGLU_CHUNK, np.float32)
         swiglu_row(gate[t], up[t], out[t], vec, tmp)
 

@@ -180,9 +180,10 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
     return dequantize(t.ggml_type, t.data, t.n_elements)
 
 
-# The one-token graph's steps a cold first run's helper process compiles (Context.warm_steps): the products,
-# whose kernels share most of their code (one process compiles it once), and the rope inside "qkv"; the main
-# process compiles the others and the weight repacks meanwhile (about half each for SmolLM2, issue #16).
+# The one-token graph's steps a cold first run's helper process compiles (Context.warm_steps): the layers'
+# products, whose kernels share most of their code (one process compiles it once), with the rope inside "qkv",
+# and attention; the main process compiles the others and the weight repacks meanwhile (about half each for
+# SmolLM2, issue #16).
 WARM_PRODUCTS = frozenset({"qkv", "attention", "attn_out", "gate_up", "ffn_down"})
 SINGLE_TOKEN_BATCH_MAX = 32  # the longest batch Context.single_token_batches decodes token by token
 CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
