@@ -331,17 +331,23 @@ class Context:
     # --- llama_decode -------------------------------------------------------------------------
 
     def decode(self, tokens, all_logits: bool = False, trace: TraceHook | None = None,
-               n_outputs: int | None = None) -> np.ndarray:
+               n_outputs: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Evaluate `tokens` at positions n_past.. and return logits: (n_vocab,) for the last token,
         or (len(tokens), n_vocab) with `all_logits`, or (n_outputs, n_vocab) for the last n_outputs tokens (a
         llama_batch whose output flags are set on a suffix: only those rows go through the last layer's FFN and
-        the head, as llama.cpp computes them). Splits into micro-batches of n_ubatch."""
+        the head, as llama.cpp computes them). Splits into micro-batches of n_ubatch. out: a (>= rows, n_vocab)
+        float32 array to write the returned rows into, for a caller that decodes many batches (a new array of
+        a batch's logits, over 100 MB for a large vocabulary, costs its page faults every time)."""
         tokens = np.asarray(tokens, dtype=np.int32)
         n = len(tokens)
         if n == 0:
             raise ModelError("decode: empty batch")
         if self.single_token_batches and 1 < n <= SINGLE_TOKEN_BATCH_MAX and trace is None:
-            return self._decode_token_by_token(tokens, all_logits, n_outputs)
+            logits = self._decode_token_by_token(tokens, all_logits, n_outputs)
+            if out is None:
+                return logits
+            out[: len(logits) if logits.ndim == 2 else 1] = logits
+            return out[: len(logits)] if logits.ndim == 2 else out[0]
         if n > self.n_batch:
             raise ModelError(f"decode: batch of {n} tokens exceeds n_batch {self.n_batch}")
         if self.n_past + n > self.n_ctx:
@@ -350,6 +356,7 @@ class Context:
             bad = int(tokens[(tokens < 0) | (tokens >= self.hp.n_vocab)][0])
             raise ModelError(f"token id {bad} out of range [0, {self.hp.n_vocab})")
         outs = []
+        rows = 0  # logits rows written so far (into `out` when given)
         for s in range(0, n, self.n_ubatch):
             ub = tokens[s : s + self.n_ubatch]
             last = s + len(ub) == n
@@ -357,9 +364,12 @@ class Context:
             if n_outputs is not None:  # rows of this micro-batch among the last n_outputs of the batch
                 k = max(0, s + len(ub) - max(s, n - n_outputs))
                 want = "all" if k == len(ub) else ("none" if k == 0 else k)
-            logits = self._forward_ubatch(ub, want, trace)
+            logits = self._forward_ubatch(ub, want, trace, None if out is None else out[rows:])
             if logits is not None:
                 outs.append(logits)
+                rows += len(logits)
+        if out is not None:
+            return out[:rows] if all_logits or n_outputs is not None else out[rows - 1]
         if all_logits or n_outputs is not None:
             if len(outs) == 1:
                 return outs[0]  # (no copy of up to n_ubatch x n_vocab floats)
@@ -432,12 +442,14 @@ class Context:
                   ("logits", lambda: ops.logits(cur, logits))]
         return steps
 
-    def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None):
+    def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None,
+                        out: np.ndarray | None = None):
         """One graph evaluation of a micro-batch (llama.cpp's graph for llama/qwen2/mistral3).
 
         want: "all" (logits of every token), an int n (the last n tokens), "last" (only the last token goes through the last
         layer's FFN and the head, as llama.cpp's out_ids) or "none" (fill the cache only). With a trace
-        hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py).
+        hook, every node of llama.cpp's graph is also handed to it (synapse_cli/graph_ops.py). out: an array
+        whose first rows receive the logits.
         """
         m, hp = self.model, self.hp
         T = len(tokens)
@@ -486,7 +498,10 @@ class Context:
             return None
         out_norm = np.empty((x.shape[0], E), dtype=np.float32)
         ops.norm(x, m.output_norm, out_norm, ("norm", "result_norm"), "output_norm.weight")
-        logits = np.empty((x.shape[0], hp.n_vocab), dtype=np.float32)
+        if out is None:
+            logits = np.empty((x.shape[0], hp.n_vocab), dtype=np.float32)
+        else:
+            logits = out[: x.shape[0]]
         ops.logits(out_norm, logits)
         return logits if want != "none" else None
 

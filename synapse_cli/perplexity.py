@@ -69,19 +69,25 @@ def _nll_rows(logits: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
     return nll, nll2
 
 
-def _chunk_logits(ctx, vocab, tokens: np.ndarray, i: int, n_ctx: int, n_batch: int) -> np.ndarray:
+def _logits_buffer(ctx, n_ctx: int) -> np.ndarray:
+    """(n_ctx - n_ctx/2, n_vocab) float32: one chunk's output rows, reused by every chunk."""
+    return np.empty((n_ctx - n_ctx // 2, ctx.hp.n_vocab), np.float32)
+
+
+def _chunk_logits(ctx, vocab, tokens: np.ndarray, i: int, n_ctx: int, n_batch: int, buf: np.ndarray) -> np.ndarray:
     """Chunk i from an empty cache, BOS replacing its first token: the logits (n_ctx - 1 - n_ctx/2, n_vocab) of the
-    positions that predict the scored tokens (llama.cpp asks for positions >= n_ctx/2 only)."""
+    positions that predict the scored tokens (llama.cpp asks for positions >= n_ctx/2 only), a view of buf
+    (_logits_buffer)."""
     first = n_ctx // 2
     chunk = tokens[i * n_ctx:(i + 1) * n_ctx].copy()
     if vocab.add_bos:
         chunk[0] = vocab.bos_id
     ctx.reset()
-    rows = []
+    rows = 0
     for b in range(0, n_ctx, n_batch):
         batch = chunk[b:b + n_batch]
-        rows.append(ctx.decode(batch, n_outputs=max(0, b + len(batch) - max(b, first))))
-    return (rows[0] if len(rows) == 1 else np.concatenate(rows))[: n_ctx - 1 - first]
+        rows += len(ctx.decode(batch, n_outputs=max(0, b + len(batch) - max(b, first)), out=buf[rows:]))
+    return buf[: n_ctx - 1 - first]
 
 
 def n_vocab_padded(n_vocab: int) -> int:
@@ -111,8 +117,9 @@ def perplexity(ctx, tokenizer, text: bytes, n_ctx: int, n_batch: int, n_chunks: 
     if on_start is not None:
         on_start(n_chunk)
     first = n_ctx // 2
+    buf = _logits_buffer(ctx, n_ctx)
     for i in range(n_chunk):
-        scored = _chunk_logits(ctx, vocab, tokens, i, n_ctx, n_batch)  # positions first .. n_ctx-2
+        scored = _chunk_logits(ctx, vocab, tokens, i, n_ctx, n_batch, buf)  # positions first .. n_ctx-2
         targets = tokens[i * n_ctx + first + 1:(i + 1) * n_ctx].astype(np.int32)
         if base_out is None:
             nll, nll2 = _nll_rows(scored, targets)
@@ -314,9 +321,10 @@ def kl_divergence(ctx, tokenizer, base_path: str, n_batch: int, on_start=None, o
     run = KLDRun(n_ctx, n_chunk)
     if on_start is not None:
         on_start(run)
+    buf = _logits_buffer(ctx, n_ctx)
     with f:
         for i in range(n_chunk):
-            scored = _chunk_logits(ctx, vocab, tokens, i, n_ctx, min(n_batch, n_ctx))
+            scored = _chunk_logits(ctx, vocab, tokens, i, n_ctx, min(n_batch, n_ctx), buf)
             raw = f.read(2 * n_tok * nv)
             if len(raw) != 2 * n_tok * nv:
                 raise SynapseError(f"failed reading log-probs for chunk {i} from {base_path} (truncated file)")

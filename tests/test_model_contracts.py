@@ -76,6 +76,22 @@ def test_last_logits_equal_all_logits_row():
     assert np.array_equal(last, full[-1])
 
 
+@pytest.mark.parametrize("single_token_batches", [False, True], ids=["batch", "token-by-token"])
+def test_decode_into_a_callers_buffer(single_token_batches):
+    """decode(out=buf) (perplexity's reused logits buffer) writes the rows it returns into buf, with the bits of
+    a fresh array, in micro-batches too; a row beyond the returned ones is left as it was."""
+    model = _load("tiny-llama-Q4_K_M")
+    ref_all = Context(model, n_ctx=256).decode(PROMPT, all_logits=True)
+    ctx = Context(model, n_ctx=256, n_ubatch=4)
+    ctx.single_token_batches = single_token_batches
+    buf = np.full((8, ref_all.shape[1]), 7.0, np.float32)
+    got = ctx.decode(PROMPT[:5], n_outputs=2, out=buf)
+    assert np.shares_memory(got, buf) and got.shape == (2, ref_all.shape[1])
+    assert np.array_equal(buf[:2], ref_all[3:5]) and np.all(buf[2:] == 7.0)
+    last = ctx.decode(PROMPT[5:], out=buf[2:])
+    assert np.array_equal(last, ref_all[-1]) and np.array_equal(buf[2], ref_all[-1])
+
+
 def test_cold_cache_token_by_token_batches_and_warm_steps():
     """On a cold kernel cache short batches are decoded token by token (Context.single_token_batches): the
     same logits (last, all, a suffix of n_outputs) and cache; the warm-up process's graph steps run in any
