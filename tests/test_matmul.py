@@ -176,8 +176,7 @@ def test_portable_scalar_path_matches_reference(t):
     from kernels.quants import FORMATS, readonly
     from kernels.quants.vec_dot_type import quantize_activations
     import importlib
-    mod = importlib.import_module(FORMATS[int(t)].dequantize_rows.__module__)
-    pack, mm = mod.SCALAR
+    pack, mm = importlib.import_module(f"kernels.quants.{t.name.lower()}").SCALAR
     K, N, T = 512, 5, 3
     raw, _ = _weight(t, N, K, 800 + int(t))
     x = _x(T, K, 900 + int(t))

@@ -14,64 +14,17 @@ the fast path follows x86 llama.cpp, which repacks Q4_0 (ggml_gemv/gemm_q4_0_8x8
 
 from __future__ import annotations
 
-import numpy as np
 from numba import prange
 
-from ..config import jit, pjit
+from ..config import pjit
 from ..ggml_type import GGMLType
-from ._bits import f16_to_f32, read_u16
-from . import q32
+from . import block32, q32
 from ._simd import HAS_AVX2
 from .base import BlockFormat, llama_repacks, register
 
-QK = 32
-BLOCK_BYTES = 18
-
-
-@jit
-def dequantize_rows(raw, ids, out):
-    K = out.shape[1]
-    for i in range(ids.shape[0]):
-        row = raw[ids[i]]
-        for b in range(K // QK):
-            o = b * BLOCK_BYTES
-            d = f16_to_f32(read_u16(row, o))
-            for j in range(QK // 2):
-                q = row[o + 2 + j]
-                out[i, b * QK + j] = np.float32(np.int32(q & 0xF) - 8) * d
-                out[i, b * QK + j + 16] = np.float32(np.int32(q >> 4) - 8) * d
-
-
-@jit
-def _dot(row, qs, yd):
-    sumf = np.float32(0.0)
-    for b in range(yd.shape[0]):
-        o = b * BLOCK_BYTES
-        sumi = np.int32(0)
-        for j in range(QK // 2):
-            q = row[o + 2 + j]
-            sumi = np.int32(sumi + (np.int32(q & 0xF) - np.int32(8)) * np.int32(qs[b * QK + j]))
-            sumi = np.int32(sumi + (np.int32(q >> 4) - np.int32(8)) * np.int32(qs[b * QK + j + 16]))
-        dx = f16_to_f32(read_u16(row, o))
-        sumf = sumf + np.float32(np.float32(sumi) * dx) * yd[b]
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t])
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, out)
+LAYOUT = block32.Q4_0  # byte offsets, quant offset, dot order (block32.py)
+dequantize_rows = block32.dequantizer(LAYOUT)
+SCALAR = block32.scalar_path(LAYOUT)  # (pack, mm) of the portable path, tested on every machine
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
@@ -84,8 +37,8 @@ XS = q32.XS  # x86 lane order: groups of q32.XG rows, layout constants of 8-row 
 
 def _pack_fast(raw, K):
     if llama_repacks(GGMLType.Q4_0, raw.shape[0]):
-        return q32.pack(raw, 18, 2, -1, -1, 144, -1, 16, False)
-    return q32.pack(raw, 18, 2, -1, -1, 144 * XS, -1, 16 * XS, False, q32.XG) + ("vec_dot",)
+        return q32.pack(raw, *LAYOUT.raw, 144, -1, 16, False)
+    return q32.pack(raw, *LAYOUT.raw, 144 * XS, -1, 16 * XS, False, q32.XG) + ("vec_dot",)
 
 
 @pjit
@@ -119,6 +72,5 @@ def _mm_fast(packed, a, out):
         q32.matmul_fast(_gemv, _gemm, 8, packed, a, out)
 
 
-_mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
-FORMAT = register(BlockFormat(GGMLType.Q4_0, QK, BLOCK_BYTES, GGMLType.Q8_0, dequantize_rows, _pack, _mm, _mm))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+_pack, _mm = (_pack_fast, _mm_fast) if HAS_AVX2 else SCALAR
+FORMAT = register(BlockFormat(GGMLType.Q4_0, block32.QK, LAYOUT.block_bytes, GGMLType.Q8_0, dequantize_rows, _pack, _mm, _mm))

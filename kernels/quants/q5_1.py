@@ -12,72 +12,17 @@ Dequantizer: dequantize_row_q5_1. Dot: ggml_vec_dot_q5_1_q8_1_generic: sumf += (
 
 from __future__ import annotations
 
-import numpy as np
 from numba import prange
 
-from ..config import jit, pjit
+from ..config import pjit
 from ..ggml_type import GGMLType
-from ._bits import f16_to_f32, read_u16, read_u32
-from . import q32
+from . import block32, q32
 from ._simd import HAS_AVX2
 from .base import BlockFormat, register
 
-QK = 32
-BLOCK_BYTES = 24
-
-
-@jit
-def dequantize_rows(raw, ids, out):
-    K = out.shape[1]
-    for i in range(ids.shape[0]):
-        row = raw[ids[i]]
-        for b in range(K // QK):
-            o = b * BLOCK_BYTES
-            d = f16_to_f32(read_u16(row, o))
-            m = f16_to_f32(read_u16(row, o + 2))
-            qh = read_u32(row, o + 4)
-            for j in range(QK // 2):
-                q = row[o + 8 + j]
-                h0 = np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-                h1 = np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4
-                out[i, b * QK + j] = np.float32(np.float32(np.int32(q & 0xF) | h0) * d) + m
-                out[i, b * QK + j + 16] = np.float32(np.float32(np.int32(q >> 4) | h1) * d) + m
-
-
-@jit
-def _dot(row, qs, yd, ys):
-    sumf = np.float32(0.0)
-    for b in range(yd.shape[0]):
-        o = b * BLOCK_BYTES
-        qh = read_u32(row, o + 4)
-        sumi = np.int32(0)
-        for j in range(QK // 2):
-            q = row[o + 8 + j]
-            h0 = np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-            h1 = np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4
-            sumi = np.int32(sumi + (np.int32(q & 0xF) | h0) * np.int32(qs[b * QK + j]))
-            sumi = np.int32(sumi + (np.int32(q >> 4) | h1) * np.int32(qs[b * QK + j + 16]))
-        dx = f16_to_f32(read_u16(row, o))
-        mx = f16_to_f32(read_u16(row, o + 2))
-        sumf = sumf + (np.float32(np.float32(dx * yd[b]) * np.float32(sumi)) + np.float32(mx * ys[b]))
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, ys, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], ys[t])
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, a.s, out)
+LAYOUT = block32.Q5_1  # byte offsets, quant offset, dot order (block32.py)
+dequantize_rows = block32.dequantizer(LAYOUT)
+SCALAR = block32.scalar_path(LAYOUT)  # (pack, mm) of the portable path, tested on every machine
 
 
 # fast path: q32 family kernels on rows repacked in groups of 8 (layout and constants in q32.py):
@@ -87,7 +32,7 @@ XS = q32.XS  # x86 order: groups of q32.XG rows, layout constants of 8-row group
 
 
 def _pack_fast(raw, K):
-    return q32.pack(raw, 24, 8, 4, 2, 192 * XS, 32 * XS, 64 * XS, False, q32.XG)
+    return q32.pack(raw, *LAYOUT.raw, 192 * XS, 32 * XS, 64 * XS, False, q32.XG)
 
 
 @pjit
@@ -106,6 +51,5 @@ def _mm_fast(packed, a, out):
     q32.matmul_fast(_gemv, _gemm, 0, packed, a, out, lanes=True)
 
 
-_mm, _pack = (_mm_fast, _pack_fast) if HAS_AVX2 else (_mm_scalar, _pack_raw)
-FORMAT = register(BlockFormat(GGMLType.Q5_1, QK, BLOCK_BYTES, GGMLType.Q8_1, dequantize_rows, _pack, _mm, _mm))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+_pack, _mm = (_pack_fast, _mm_fast) if HAS_AVX2 else SCALAR
+FORMAT = register(BlockFormat(GGMLType.Q5_1, block32.QK, LAYOUT.block_bytes, GGMLType.Q8_1, dequantize_rows, _pack, _mm, _mm))
