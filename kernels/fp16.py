@@ -69,15 +69,26 @@ def bits_f32(typingctx, x):
     return sig, codegen
 
 
+def int_to_width(builder, v, from_bits: int, to_bits: int):
+    """An intrinsic's integer argument truncated or zero-extended to to_bits."""
+    if from_bits > to_bits:
+        return builder.trunc(v, ir.IntType(to_bits))
+    if from_bits < to_bits:
+        return builder.zext(v, ir.IntType(to_bits))
+    return v
+
+
 @intrinsic
 def f16_bits_to_f32_hw(typingctx, h):
-    """F16 bits -> float32 as an LLVM `fpext half` (vcvtph2ps with F16C; vectorises). Exact."""
-    if h != types.uint16:
+    """F16 bits (any unsigned integer type, its low 16 bits) -> float32 as an LLVM `fpext half` (vcvtph2ps with
+    F16C; vectorises). Exact."""
+    if not isinstance(h, types.Integer):
         return None
-    sig = types.float32(types.uint16)
+    sig = types.float32(h)
 
     def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+        v = int_to_width(builder, args[0], signature.args[0].bitwidth, 16)
+        return builder.fpext(builder.bitcast(v, ir.HalfType()), ir.FloatType())
 
     return sig, codegen
 

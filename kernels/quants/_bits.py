@@ -2,7 +2,8 @@
 
 * fp16 <-> fp32 via LLVM's `half` type: `fpext`/`fptrunc` are IEEE conversions (round to nearest even),
   which is what ggml's F16C `_cvtss_sh`/`_cvtsh_ss` compute on x86 (and what numpy's astype does), and
-  LLVM lowers them to vcvtph2ps/vcvtps2ph, so they vectorise.
+  LLVM lowers them to vcvtph2ps/vcvtps2ph, so they vectorise (kernels/fp16.py's, under the short names
+  f16_to_f32 / f32_to_f16 the formats use).
 * bf16 <-> fp32 exactly as ggml_compute_fp32_to_bf16 / ggml_compute_bf16_to_fp32 (scalar C path).
 * nearest_int: ggml-quants.c's magic-number rounding (round half to even for |x| < 2^22).
 """
@@ -17,42 +18,9 @@ from numba import types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 from ..config import jit  # noqa: E402
-from ..fp16 import f32_bits  # noqa: E402, F401  (the bit cast; one definition)
-
-
-def _int_to_width(builder, v, from_bits: int, to_bits: int):
-    if from_bits > to_bits:
-        return builder.trunc(v, ir.IntType(to_bits))
-    if from_bits < to_bits:
-        return builder.zext(v, ir.IntType(to_bits))
-    return v
-
-
-@intrinsic
-def f16_to_f32(typingctx, h):
-    """fp16 bit pattern (any unsigned int type, low 16 bits used) -> float32."""
-    if not isinstance(h, types.Integer):
-        return None
-    sig = types.float32(h)
-
-    def codegen(context, builder, sig, args):
-        v = _int_to_width(builder, args[0], sig.args[0].bitwidth, 16)
-        return builder.fpext(builder.bitcast(v, ir.HalfType()), ir.FloatType())
-
-    return sig, codegen
-
-
-@intrinsic
-def f32_to_f16(typingctx, f):
-    """float32 -> fp16 bit pattern (uint16), round to nearest even (F16C _MM_FROUND_TO_NEAREST_INT)."""
-    if f != types.float32:
-        return None
-    sig = types.uint16(types.float32)
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return sig, codegen
+# one definition each, in kernels/fp16.py: the bit cast and the F16 conversions (any integer's low 16 bits)
+from ..fp16 import f32_bits, int_to_width  # noqa: E402, F401
+from ..fp16 import f16_bits_to_f32_hw as f16_to_f32, f32_to_f16_bits_hw as f32_to_f16  # noqa: E402, F401
 
 
 @intrinsic
@@ -63,7 +31,7 @@ def f32_from_bits(typingctx, u):
     sig = types.float32(u)
 
     def codegen(context, builder, sig, args):
-        v = _int_to_width(builder, args[0], sig.args[0].bitwidth, 32)
+        v = int_to_width(builder, args[0], sig.args[0].bitwidth, 32)
         return builder.bitcast(v, ir.FloatType())
 
     return sig, codegen
