@@ -24,7 +24,8 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
+from . import kblock, kquants
+from .kblock import q2
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
@@ -33,14 +34,6 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16
 from .base import BlockFormat, llama_repacks, register, run_repack
 
 BLOCK_BYTES = 84
-
-
-@jit
-def _q2(row, o, e):
-    h = e // 128
-    j = (e % 128) // 32
-    l = e % 32
-    return np.int32((row[o + 16 + 32 * h + l] >> (2 * j)) & 3)
 
 
 @jit
@@ -58,46 +51,7 @@ def dequantize_rows(raw, ids, out):
                 ml = np.float32(dmin * np.float32(sc >> 4))
                 for l in range(16):
                     e = 16 * sb + l
-                    out[i, b * QK_K + e] = np.float32(dl * np.float32(_q2(row, o, e))) - ml
-
-
-@jit
-def _dot(row, qs, yd, bsums):
-    nb = yd.shape[0]
-    sumf = np.float32(0.0)
-    for b in range(nb):
-        o = b * BLOCK_BYTES
-        summs = np.int32(0)
-        isum = np.int32(0)
-        for sb in range(16):
-            sc = row[o + sb]
-            summs = np.int32(summs + np.int32(bsums[16 * b + sb]) * np.int32(sc >> 4))
-            isuml = np.int32(0)
-            for l in range(16):
-                e = 16 * sb + l
-                isuml = np.int32(isuml + _q2(row, o, e) * np.int32(qs[b * QK_K + e]))
-            isum = np.int32(isum + np.int32(sc & 0xF) * isuml)
-        dall = np.float32(yd[b] * f16_to_f32(read_u16(row, o + 80)))
-        dmin = np.float32(yd[b] * f16_to_f32(read_u16(row, o + 82)))
-        sumf = sumf + (np.float32(dall * np.float32(isum)) - np.float32(dmin * np.float32(summs)))
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, bsums, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], bsums[t])
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, a.bsums, out)
+                    out[i, b * QK_K + e] = np.float32(dl * np.float32(q2(row, o, e))) - ml
 
 
 # ----------------------------------------------------------------------------------------- fast path
@@ -293,10 +247,9 @@ def _mm_llama(packed, a, out):
         _gemm(packed[0], a.qs[T4:], a.bsums[T4:], a.d[T4:], out[T4:], _REPACK)
 
 
+SCALAR = kblock.scalar_path(GGMLType.Q2_K)  # (pack, mm) of the portable path, tested on every machine
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
                                   _mm_fast, _mm_fast, _mm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_scalar, _mm_scalar))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+    FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))

@@ -24,7 +24,8 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
+from . import kblock, kquants
+from .kblock import q3, q3_scale
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
@@ -36,29 +37,6 @@ BLOCK_BYTES = 110
 
 
 @jit
-def _scale(row, o, i):
-    """6-bit scale i (0..15) minus 32, from the 12 bytes at row[o:o+12]."""
-    if i < 8:
-        lo = np.int32(row[o + i]) & np.int32(0xF)
-    else:
-        lo = np.int32(row[o + i - 8]) >> np.int32(4)
-    hi = (np.int32(row[o + 8 + i % 4]) >> np.int32(2 * (i // 4))) & np.int32(3)
-    return (lo | (hi << np.int32(4))) - np.int32(32)
-
-
-@jit
-def _q3(row, o, e):
-    """Signed 3-bit quant (-4..3) of element e of the super-block at byte offset o."""
-    h = e // 128
-    j = (e % 128) // 32
-    l = e % 32
-    lo = np.int32((row[o + 32 + 32 * h + l] >> (2 * j)) & 3)
-    if (row[o + l] >> (4 * h + j)) & 1:
-        return lo
-    return lo - np.int32(4)
-
-
-@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
     for i in range(ids.shape[0]):
@@ -67,50 +45,10 @@ def dequantize_rows(raw, ids, out):
             o = b * BLOCK_BYTES
             d = f16_to_f32(read_u16(row, o + 108))
             for sb in range(16):
-                dl = np.float32(d * np.float32(_scale(row, o + 96, sb)))
+                dl = np.float32(d * np.float32(q3_scale(row, o + 96, sb)))
                 for l in range(16):
                     e = 16 * sb + l
-                    out[i, b * QK_K + e] = np.float32(dl * np.float32(_q3(row, o, e)))
-
-
-@jit
-def _dot(row, qs, yd, aux32, sums):
-    nb = yd.shape[0]
-    sums[:] = 0
-    for b in range(nb):
-        o = b * BLOCK_BYTES
-        aux32[:] = 0
-        for sb in range(16):
-            sc = _scale(row, o + 96, sb)
-            for l in range(16):
-                e = 16 * sb + l
-                aux32[l % 8] += sc * (_q3(row, o, e) * np.int32(qs[b * QK_K + e]))
-        d = np.float32(f16_to_f32(read_u16(row, o + 108)) * yd[b])
-        for l in range(8):
-            sums[l] += np.float32(d * np.float32(aux32[l]))
-    sumf = np.float32(0.0)
-    for l in range(8):
-        sumf = sumf + sums[l]
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        aux32 = np.empty(8, np.int32)
-        sums = np.empty(8, np.float32)
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], aux32, sums)
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, out)
+                    out[i, b * QK_K + e] = np.float32(dl * np.float32(q3(row, o, e)))
 
 
 # ----------------------------------------------------------------------------------------- fast path
@@ -138,7 +76,7 @@ def _repack(raw, out):
             for p in range(32):
                 out[n, q + 64 + p] = ~row[o + p]
             for i in range(16):
-                out[n, q + 96 + i] = np.uint8(np.int8(_scale(row, o + 96, i)))
+                out[n, q + 96 + i] = np.uint8(np.int8(q3_scale(row, o + 96, i)))
             out[n, q + 112] = row[o + 108]
             out[n, q + 113] = row[o + 109]
 
@@ -248,10 +186,9 @@ def _mm_llama(packed, a, out):
     (_gemm_tiled if a.qs.shape[0] >= kquants.TILED_MIN_BATCH else _gemm)(packed[0], a.qs, a.d, out)
 
 
+SCALAR = kblock.scalar_path(GGMLType.Q3_K)  # (pack, mm) of the portable path, tested on every machine
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
                                   _mm_fast, _mm_fast, _mm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_scalar, _mm_scalar))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+    FORMAT = register(BlockFormat(GGMLType.Q3_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))

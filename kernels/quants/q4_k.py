@@ -43,7 +43,8 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
+from . import kblock, kquants
+from .kblock import scale_min_k4
 from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
@@ -56,16 +57,6 @@ from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, zeros_aligned
 
 BLOCK_BYTES = 144
-
-
-@jit
-def scale_min_k4(row, o, j):
-    """get_scale_min_k4: (scale, min) of sub-block j from the 12 scale bytes at row[o:o+12]."""
-    if j < 4:
-        return np.int32(row[o + j] & 63), np.int32(row[o + j + 4] & 63)
-    sc = (row[o + j + 4] & 0xF) | ((row[o + j - 4] >> 6) << 4)
-    mn = (row[o + j + 4] >> 4) | ((row[o + j] >> 6) << 4)
-    return np.int32(sc), np.int32(mn)
 
 
 @jit
@@ -86,48 +77,6 @@ def dequantize_rows(raw, ids, out):
                 for l in range(32):
                     q = np.float32((row[q0 + l] >> shift) & 0xF)
                     out[i, b * QK_K + 32 * sb + l] = np.float32(d1 * q) - m1
-
-
-@jit
-def _dot(row, qs, yd, bsums, aux32, sums):
-    nb = yd.shape[0]
-    sumf = np.float32(0.0)
-    sums[:] = 0
-    for b in range(nb):
-        o = b * BLOCK_BYTES
-        aux32[:] = 0
-        sumi = np.int32(0)
-        for sb in range(8):
-            sc, mn = scale_min_k4(row, o + 4, sb)
-            sumi = np.int32(sumi + mn * (np.int32(bsums[16 * b + 2 * sb]) + np.int32(bsums[16 * b + 2 * sb + 1])))
-            q0 = o + 16 + 32 * (sb // 2)
-            shift = 4 * (sb % 2)
-            for l in range(32):
-                w = np.int32((row[q0 + l] >> shift) & 0xF)
-                aux32[l % 8] += sc * (w * np.int32(qs[b * QK_K + 32 * sb + l]))
-        d = np.float32(f16_to_f32(read_u16(row, o)) * yd[b])
-        for l in range(8):
-            sums[l] += np.float32(d * np.float32(aux32[l]))
-        dmin = np.float32(f16_to_f32(read_u16(row, o + 2)) * yd[b])
-        sumf = sumf - np.float32(dmin * np.float32(sumi))
-    for l in range(8):
-        sumf = sumf + sums[l]
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, bsums, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        aux32 = np.empty(8, np.int32)
-        sums = np.empty(8, np.float32)
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], bsums[t], aux32, sums)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, a.bsums, out)
 
 
 # ----------------------------------------------------------------------------------------- fast path
@@ -422,10 +371,6 @@ def _gemm_fast(packed, a, out, sb=False):
             _gemm(packed[0], k.qp, k.d, k.bs32, out)
 
 
-def _pack_raw(raw, K):
-    return (raw,)
-
-
 def _gemm_llama(packed, a, out):
     """llama.cpp's batch order (ggml-cpu repack.cpp forward_mul_mat): the first T - T % 4 tokens through
     ggml_gemm_q4_K_8x8_q8_K (per-sb order), the rest through ggml_gemv_q4_K_8x8_q8_K (per-block order)."""
@@ -443,10 +388,9 @@ def _gemm_llama(packed, a, out):
                 _gemm_fast(packed, part, out[t0:t1], sb)
 
 
+SCALAR = kblock.scalar_path(GGMLType.Q4_K)  # (pack, mm) of the portable path, tested on every machine
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
                                   _gemv_fast, _gemm_fast, _gemm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_scalar, _mm_scalar))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+    FORMAT = register(BlockFormat(GGMLType.Q4_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))

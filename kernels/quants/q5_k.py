@@ -24,7 +24,7 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
+from . import kblock, kquants
 from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32, maddubs,
@@ -32,7 +32,7 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8
                     zerof)
 from ..fp16 import fma_f32
 from .base import BlockFormat, register, run_repack
-from .q4_k import scale_min_k4
+from .kblock import scale_min_k4
 
 BLOCK_BYTES = 176
 
@@ -56,53 +56,6 @@ def dequantize_rows(raw, ids, out):
                     hb = ((row[o + 16 + l] >> sb) & 1) << 4
                     q = np.float32(((row[q0 + l] >> shift) & 0xF) | hb)
                     out[i, b * QK_K + 32 * sb + l] = np.float32(d1 * q) - m1
-
-
-@jit
-def _dot(row, qs, yd, bsums, aux32, sums):
-    nb = yd.shape[0]
-    sumf = np.float32(0.0)
-    sums[:] = 0
-    for b in range(nb):
-        o = b * BLOCK_BYTES
-        aux32[:] = 0
-        sumi = np.int32(0)
-        for sb in range(8):
-            sc, mn = scale_min_k4(row, o + 4, sb)
-            sumi = np.int32(sumi + mn * (np.int32(bsums[16 * b + 2 * sb]) + np.int32(bsums[16 * b + 2 * sb + 1])))
-            q0 = o + 48 + 32 * (sb // 2)
-            shift = 4 * (sb % 2)
-            for l in range(32):
-                hb = ((row[o + 16 + l] >> sb) & 1) << 4
-                w = np.int32(((row[q0 + l] >> shift) & 0xF) | hb)
-                aux32[l % 8] += sc * (w * np.int32(qs[b * QK_K + 32 * sb + l]))
-        d = np.float32(f16_to_f32(read_u16(row, o)) * yd[b])
-        for l in range(8):
-            sums[l] += np.float32(d * np.float32(aux32[l]))
-        dmin = np.float32(f16_to_f32(read_u16(row, o + 2)) * yd[b])
-        sumf = sumf - np.float32(dmin * np.float32(sumi))
-    for l in range(8):
-        sumf = sumf + sums[l]
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, bsums, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        aux32 = np.empty(8, np.int32)
-        sums = np.empty(8, np.float32)
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], bsums[t], aux32, sums)
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, a.bsums, out)
 
 
 # ----------------------------------------------------------------------------------------- fast path
@@ -242,10 +195,9 @@ def _mm_llama(packed, a, out):
     _gemm_tiled(packed[0], a.qs, a.d, kquants.group_sums32(a.bsums), out)
 
 
+SCALAR = kblock.scalar_path(GGMLType.Q5_K)  # (pack, mm) of the portable path, tested on every machine
 if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
                                   _mm_fast, _mm_fast, _mm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_scalar, _mm_scalar))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+    FORMAT = register(BlockFormat(GGMLType.Q5_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))

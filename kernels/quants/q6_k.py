@@ -25,7 +25,8 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from . import kquants
+from . import kblock, kquants
+from .kblock import q6
 from .kquants import hsum_float_8
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
@@ -41,19 +42,6 @@ BLOCK_BYTES = 210
 
 
 @jit
-def _q6(row, o, e):
-    """Signed 6-bit quant (-32..31) of element e (0..255) of the super-block at byte offset o."""
-    h = e // 128
-    r = e % 128
-    g = r // 32
-    l = r % 32
-    qlb = row[o + 64 * h + l + 32 * (g % 2)]
-    lo = (qlb >> (4 * (g // 2))) & 0xF
-    hi = (row[o + 128 + 32 * h + l] >> (2 * g)) & 3
-    return np.int32(lo | (hi << 4)) - np.int32(32)
-
-
-@jit
 def dequantize_rows(raw, ids, out):
     K = out.shape[1]
     for i in range(ids.shape[0]):
@@ -65,47 +53,7 @@ def dequantize_rows(raw, ids, out):
                 dl = np.float32(d * np.float32(np.int8(row[o + 192 + sb])))
                 for l in range(16):
                     e = 16 * sb + l
-                    out[i, b * QK_K + e] = np.float32(dl * np.float32(_q6(row, o, e)))
-
-
-@jit
-def _dot(row, qs, yd, aux32, sums):
-    nb = yd.shape[0]
-    sums[:] = 0
-    for b in range(nb):
-        o = b * BLOCK_BYTES
-        aux32[:] = 0
-        for sb in range(16):
-            sc = np.int32(np.int8(row[o + 192 + sb]))
-            for l in range(16):
-                e = 16 * sb + l
-                aux32[l % 8] += sc * (_q6(row, o, e) * np.int32(qs[b * QK_K + e]))
-        d = np.float32(f16_to_f32(read_u16(row, o + 208)) * yd[b])
-        for l in range(8):
-            sums[l] += np.float32(d * np.float32(aux32[l]))
-    sumf = np.float32(0.0)
-    for l in range(8):
-        sumf = sumf + sums[l]
-    return sumf
-
-
-@pjit
-def _gemm_scalar(raw, qs, yd, out):
-    N = raw.shape[0]
-    T = qs.shape[0]
-    for n in prange(N):
-        aux32 = np.empty(8, np.int32)
-        sums = np.empty(8, np.float32)
-        for t in range(T):
-            out[t, n] = _dot(raw[n], qs[t], yd[t], aux32, sums)
-
-
-def _pack_raw(raw, K):
-    return (raw,)
-
-
-def _mm_scalar(packed, a, out):
-    _gemm_scalar(packed[0], a.qs, a.d, out)
+                    out[i, b * QK_K + e] = np.float32(dl * np.float32(q6(row, o, e)))
 
 
 # ----------------------------------------------------------------------------------------- fast path
@@ -335,10 +283,9 @@ def _mm_fast(packed, a, out):
         _gemm(packed[0], a.qs, a.bsums, a.d, out)
 
 
+SCALAR = kblock.scalar_path(GGMLType.Q6_K)  # (pack, mm) of the portable path, tested on every machine
 if HAS_AVX2:
-    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
+    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, SCALAR[0],
                                   _mm_fast, _mm_fast, _mm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_raw,
-                                  _mm_scalar, _mm_scalar))
-SCALAR = (_pack_raw, _mm_scalar)  # the portable path, tested on every machine
+    FORMAT = register(BlockFormat(GGMLType.Q6_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))
