@@ -48,17 +48,13 @@ Q8_0 = Layout(34, 2, -1, -1, 0, True, False)
 
 
 @jit
-def _quants(row, o, j, QS, QH, OFF, Q8):
-    """Signed quants of elements j and j + 16 (j < 16) of the block at byte o."""
+def _quants(row, o, j, qh, QS, OFF, Q8):
+    """Signed quants of elements j and j + 16 (j < 16) of the block at byte o; qh: its fifth bits (0 without)."""
     if Q8:
         return np.int32(np.int8(row[o + QS + j])), np.int32(np.int8(row[o + QS + 16 + j]))
     q = row[o + QS + j]
-    lo = np.int32(q & 0xF)
-    hi = np.int32(q >> 4)
-    if QH >= 0:
-        qh = read_u32(row, o + QH)
-        lo = lo | (np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4)
-        hi = hi | (np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4)
+    lo = np.int32(q & 0xF) | (np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4)
+    hi = np.int32(q >> 4) | (np.int32((qh >> np.uint32(j + 16)) & np.uint32(1)) << 4)
     return lo - np.int32(OFF), hi - np.int32(OFF)
 
 
@@ -71,8 +67,9 @@ def _dequantize_rows(raw, ids, out, BB, QS, QH, M, OFF, Q8):
             o = b * BB
             d = f16_to_f32(read_u16(row, o))
             m = f16_to_f32(read_u16(row, o + M)) if M >= 0 else np.float32(-0.0)  # x + -0.0 == x, bit for bit
+            qh = read_u32(row, o + QH) if QH >= 0 else np.uint32(0)
             for j in range(QK // 2):
-                lo, hi = _quants(row, o, j, QS, QH, OFF, Q8)
+                lo, hi = _quants(row, o, j, qh, QS, OFF, Q8)
                 out[i, b * QK + j] = np.float32(lo) * d + m
                 out[i, b * QK + j + 16] = np.float32(hi) * d + m
 
@@ -84,8 +81,9 @@ def _dot(row, qs, yd, ys, BB, QS, QH, M, OFF, Q8, SUMI_DX):
     for b in range(yd.shape[0]):
         o = b * BB
         sumi = np.int32(0)
+        qh = read_u32(row, o + QH) if QH >= 0 else np.uint32(0)
         for j in range(QK // 2):
-            lo, hi = _quants(row, o, j, QS, QH, OFF, Q8)
+            lo, hi = _quants(row, o, j, qh, QS, OFF, Q8)
             sumi = np.int32(sumi + lo * np.int32(qs[b * QK + j]))
             sumi = np.int32(sumi + hi * np.int32(qs[b * QK + j + 16]))
         dx = f16_to_f32(read_u16(row, o))
