@@ -252,4 +252,5 @@ if HAS_AVX2:
     FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, _pack_fast,
                                   _mm_fast, _mm_fast, _mm_llama))
 else:
-    FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, *SCALAR, SCALAR[1]))
+    FORMAT = register(BlockFormat(GGMLType.Q2_K, QK_K, BLOCK_BYTES, GGMLType.Q8_K, dequantize_rows, SCALAR[0],
+                                  SCALAR[1], SCALAR[1]))
