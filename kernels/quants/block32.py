@@ -19,6 +19,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
+from ..ggml_type import BLOCK_GEOMETRY, GGMLType
 from ._bits import f16_to_f32, read_u16, read_u32
 
 QK = 32
@@ -26,7 +27,7 @@ QK = 32
 
 class Layout(NamedTuple):
     """Byte offsets inside one block (-1: the format has no such field)."""
-    block_bytes: int  # d (fp16) at 0
+    block_bytes: int  # (ggml_type.BLOCK_GEOMETRY's) d (fp16) at 0
     qs: int           # the 16 nibble bytes, or Q8_0's 32 int8
     qh: int           # Q5_*: uint32 of fifth bits
     m: int            # Q4_1, Q5_1: fp16 minimum
@@ -40,11 +41,11 @@ class Layout(NamedTuple):
         return self.block_bytes, self.qs, self.qh, self.m
 
 
-Q4_0 = Layout(18, 2, -1, -1, 8, False, True)
-Q4_1 = Layout(20, 4, -1, 2, 0, False, False)
-Q5_0 = Layout(22, 6, 2, -1, 16, False, False)
-Q5_1 = Layout(24, 8, 4, 2, 0, False, False)
-Q8_0 = Layout(34, 2, -1, -1, 0, True, False)
+Q4_0 = Layout(BLOCK_GEOMETRY[GGMLType.Q4_0][1], 2, -1, -1, 8, False, True)
+Q4_1 = Layout(BLOCK_GEOMETRY[GGMLType.Q4_1][1], 4, -1, 2, 0, False, False)
+Q5_0 = Layout(BLOCK_GEOMETRY[GGMLType.Q5_0][1], 6, 2, -1, 16, False, False)
+Q5_1 = Layout(BLOCK_GEOMETRY[GGMLType.Q5_1][1], 8, 4, 2, 0, False, False)
+Q8_0 = Layout(BLOCK_GEOMETRY[GGMLType.Q8_0][1], 2, -1, -1, 0, True, False)
 
 
 @jit

@@ -21,11 +21,12 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from ._bits import f16_to_f32, read_u16
 
-Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = (int(t) for t in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K,
-                                                 GGMLType.Q6_K))
+_K = (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = (int(t) for t in _K)  # the type ids the kernels branch on
+Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES = (BLOCK_GEOMETRY[t][1] for t in _K)
 
 
 @jit
@@ -87,10 +88,10 @@ def q6(row, o, e):
 def _layout(FMT):
     """(block bytes, offset of d, sub-blocks per super-block) of Q3_K..Q6_K."""
     if FMT == Q3_K:
-        return 110, 108, 16
+        return Q3_K_BYTES, 108, 16
     if FMT == Q6_K:
-        return 210, 208, 16
-    return (144 if FMT == Q4_K else 176), 0, 8
+        return Q6_K_BYTES, 208, 16
+    return (Q4_K_BYTES if FMT == Q4_K else Q5_K_BYTES), 0, 8
 
 
 @jit
@@ -120,7 +121,7 @@ def _quant(row, o, e, FMT):
 def _dot_q2_k(row, qs, yd, bsums):
     sumf = np.float32(0.0)
     for b in range(yd.shape[0]):
-        o = b * 84
+        o = b * Q2_K_BYTES
         summs = np.int32(0)
         isum = np.int32(0)
         for sb in range(16):

@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q2
 from .kquants import hsum_float_8
@@ -33,7 +33,7 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16
                     maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, llama_repacks, register, run_repack
 
-BLOCK_BYTES = 84
+BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q2_K][1]  # 84
 
 
 @jit

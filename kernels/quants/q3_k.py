@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q3, q3_scale
 from .kquants import hsum_float_8
@@ -33,7 +33,7 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_
                     scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
 from .base import BlockFormat, register, run_repack
 
-BLOCK_BYTES = 110
+BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q3_K][1]  # 110
 
 
 @jit

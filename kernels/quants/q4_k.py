@@ -42,7 +42,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import scale_min_k4
 from .kquants import hsum_float_8
@@ -56,7 +56,7 @@ from .vec_dot_type import Activations
 from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, zeros_aligned
 
-BLOCK_BYTES = 144
+BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q4_K][1]  # 144
 
 
 @jit

@@ -23,7 +23,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
@@ -34,7 +34,7 @@ from ..fp16 import fma_f32
 from .base import BlockFormat, register, run_repack
 from .kblock import scale_min_k4
 
-BLOCK_BYTES = 176
+BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q5_K][1]  # 176
 
 
 @jit

@@ -24,7 +24,7 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ..ggml_type import QK_K, GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q6
 from .kquants import hsum_float_8
@@ -38,7 +38,7 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_
                     srl16, store8xf32, sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
 
-BLOCK_BYTES = 210
+BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q6_K][1]  # 210
 
 
 @jit
