@@ -16,9 +16,10 @@ fewer than `ggml_fa_tile_config::Q` (64) query rows whose KV view holds fewer th
     out = float(VKQ) * (S == 0 ? 0 : 1/S)                ggml_vec_scale_f32
 
 Every row is independent of the others and of the thread count, so a prompt in any batch split equals
-token-by-token decoding: the default (batch-invariant) mode runs this path for every row.
+token-by-token decoding: the default (batch-invariant) mode runs this path for every row (Order.SINGLE), or the
+tiled kernel, whose rows are independent too (Order.BATCHED).
 
-llama.cpp's batch order (`flash_attn_ext(..., llama_order=True)`) also takes ggml's two other paths:
+llama.cpp's batch order (`flash_attn_ext(..., Order.LLAMA)`) also takes ggml's two other paths:
 - tiled (`ggml_compute_forward_flash_attn_ext_tiled`), batches of >= FA_TILE_Q query rows: Q stays F32; per KV
   tile of 64 cells, kq[j] = fma chain over the head dimension of K[j]·Q (simd_gemm), * scale, + mask; the
   tile's maximum; on a new maximum M: ms = expf(M_old - M), VKQ *= ms, S *= ms; S += (double) the sum of
@@ -41,8 +42,9 @@ import math
 import numpy as np
 from numba import prange
 
-from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16, store16
+from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16, store16, zero16
 from kernels.activations import row_max, vec_soft_max
+from kernels.order import Order
 from kernels.attention import _dot_lanes, _dots16, _dots16_heads
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.kv_cache import BF16, F16, prepare_query, score
@@ -321,6 +323,113 @@ def _row_tiled(q, k16, v16, n_kv, kv_pos, qp, scale, t, h, g, kq, acc):
     return S
 
 
+FA_TILED_ROWS = 8  # query rows per work item of the vectorised tiled kernel: they share each converted K tile
+
+
+@jit
+def _tiled_group(q, k16, v16, n_kv, kv_pos, q_pos, scale, g, t0, t1, kt, kq, acc, mj, sj, out):
+    """_row_tiled for the query heads of KV head g at tokens t0..t1-1, vectorised, same bits: per KV tile,
+    K converted to F32 once into kt (D * FA_TILE_KV,) flat, cells in lanes, so that each row's 64 scores are
+    4 x 16 lanes of fma chains over the head dimension (the simd_gemm chain of each cell); VKQ 16 dims at a
+    time, the chain over the tile's cells in order. Scratch: kq (FA_TILE_KV,); per (row, head) r:
+    acc (rows * gqa * D,) flat, mj, sj (rows * gqa,) the running M and S."""
+    G, D = k16.shape[1], k16.shape[2]
+    gqa = q.shape[1] // G
+    h0 = g * gqa
+    n_r = (t1 - t0) * gqa
+    q_last = q_pos[t0]
+    for t in range(t0, t1):
+        q_last = max(q_last, q_pos[t])
+    for r in range(n_r):
+        mj[r] = -np.inf
+        sj[r] = 0
+    acc[: n_r * D] = 0
+    for c0 in range(0, n_kv, FA_TILE_KV):
+        n = min(FA_TILE_KV, n_kv - c0)
+        seen = False  # a tile whose cells every row's mask hides is skipped for all of them
+        for j in range(n):
+            p = kv_pos[c0 + j]
+            seen = seen or 0 <= p <= q_last
+        if not seen:
+            continue
+        for d in range(D):
+            for j in range(n):
+                kt[d * FA_TILE_KV + j] = f16_bits_to_f32_hw(k16[c0 + j, g, d])
+            for j in range(n, FA_TILE_KV):
+                kt[d * FA_TILE_KV + j] = 0
+        for t in range(t0, t1):
+            qp = q_pos[t]
+            for hj in range(gqa):
+                h = h0 + hj
+                r = (t - t0) * gqa + hj
+                a0 = zero16()
+                a1 = zero16()
+                a2 = zero16()
+                a3 = zero16()
+                for d in range(D):
+                    qd = splat16(q[t, h, d])
+                    a0 = fma16(load16(kt, d * FA_TILE_KV), qd, a0)
+                    a1 = fma16(load16(kt, d * FA_TILE_KV + 16), qd, a1)
+                    a2 = fma16(load16(kt, d * FA_TILE_KV + 32), qd, a2)
+                    a3 = fma16(load16(kt, d * FA_TILE_KV + 48), qd, a3)
+                store16(kq, 0, a0)
+                store16(kq, 16, a1)
+                store16(kq, 32, a2)
+                store16(kq, 48, a3)
+                for j in range(FA_TILE_KV):
+                    p = kv_pos[c0 + j] if j < n else -1
+                    kq[j] = np.float32(kq[j] * scale) if 0 <= p <= qp else -np.inf
+                tile_max = row_max(kq, FA_TILE_KV)
+                if tile_max == -np.inf:
+                    continue
+                M = mj[r]
+                m_new = max(M, tile_max)
+                if m_new > M:
+                    ms = np.float32(math.exp(np.float32(M - m_new)))
+                    vms = splat16(ms)
+                    for d0 in range(0, D, 16):
+                        store16(acc, r * D + d0, mul16(load16(acc, r * D + d0), vms))
+                    sj[r] = np.float32(sj[r] * ms)
+                mj[r] = m_new
+                sj[r] = np.float32(np.float64(sj[r]) + vec_soft_max(FA_TILE_KV, kq, kq, m_new, True))
+                for d0 in range(0, D, 16):
+                    a = load16(acc, r * D + d0)
+                    for j in range(n):
+                        a = fma16(load16(v16, ((c0 + j) * G + g) * D + d0), splat16(kq[j]), a)
+                    store16(acc, r * D + d0, a)
+    for t in range(t0, t1):
+        for hj in range(gqa):
+            r = (t - t0) * gqa + hj
+            s_inv = np.float32(0.0) if sj[r] == 0.0 else np.float32(np.float32(1.0) / sj[r])
+            for d in range(D):
+                out[t, (h0 + hj) * D + d] = np.float32(acc[r * D + d] * s_inv)
+
+
+@jit
+def _tiled_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, i0, step):
+    """Work items i0, i0 + step, ... of (block of FA_TILED_ROWS tokens, KV head) on the vectorised tiled
+    kernel (one set of scratch arrays)."""
+    T, H, D = q.shape
+    G = k16.shape[1]
+    gqa = H // G
+    kt = np.empty(D * FA_TILE_KV, np.float32)
+    kq = np.empty(FA_TILE_KV, np.float32)
+    acc = np.empty(FA_TILED_ROWS * gqa * D, np.float32)
+    mj = np.empty(FA_TILED_ROWS * gqa, np.float32)
+    sj = np.empty(FA_TILED_ROWS * gqa, np.float32)
+    n_blocks = (T + FA_TILED_ROWS - 1) // FA_TILED_ROWS
+    for item in range(i0, n_blocks * G, step):
+        t0 = (item // G) * FA_TILED_ROWS
+        _tiled_group(q, k16, v16, n_kv, kv_pos, q_pos, scale, item % G, t0, min(T, t0 + FA_TILED_ROWS), kt, kq,
+                     acc, mj, sj, out)
+
+
+@pjit
+def _tiled_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
+    for ci in prange(n_chunks):
+        _tiled_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, ci, n_chunks)
+
+
 @jit
 def _write(out, t, h, acc, S):
     D = acc.shape[0]
@@ -332,11 +441,12 @@ def _write(out, t, h, acc, S):
 PATH_ONE_ROW, PATH_TILED, PATH_SPLIT_KV = 0, 1, 2
 
 
-def fa_path(T: int, n_kv: int, llama_order: bool) -> int:
-    """Which of ggml's kernels a batch of T query rows over n_kv cells takes (one row each by default)."""
-    if not llama_order:
+def fa_path(T: int, n_kv: int, order: Order) -> int:
+    """Which of ggml's kernels a batch of T query rows over n_kv cells takes: llama.cpp's choice (LLAMA), or
+    one kernel for every row whatever the batch: the one-row kernel (SINGLE), the tiled one (BATCHED)."""
+    if order == Order.SINGLE:
         return PATH_ONE_ROW
-    if T >= FA_TILE_Q:
+    if order == Order.BATCHED or T >= FA_TILE_Q:
         return PATH_TILED
     if T == 1 and n_kv >= FA_SPLIT_KV_MIN:
         return PATH_SPLIT_KV
@@ -345,6 +455,7 @@ def fa_path(T: int, n_kv: int, llama_order: bool) -> int:
 
 @pjit
 def _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, path, n_chunks):
+    """The scalar ports of the three kernels (the specification the vectorised paths are tested against)."""
     T, H, D = q.shape
     r = H // k16.shape[1]
     for item in prange(T * H):
@@ -365,17 +476,24 @@ def _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, path, n_chunks
         _write(out, t, h, acc, S)
 
 
-def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, llama_order=False, n_threads=1):
+def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SINGLE, n_threads=1):
     """out (T, H*D) = FLASH_ATTN_EXT of q (T, H, D) f32 over the first n_kv cells of k16 / v16 (n_ctx, Hkv, D)
-    F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; head_dim
-    a multiple of 64 (ggml_vec_dot_f16's 4 x 16 lanes). llama_order: the kernel llama.cpp takes for this batch
-    (its split-KV kernel cuts the cells into n_threads chunks); otherwise the one-row kernel for every row."""
-    path = fa_path(q.shape[0], n_kv, llama_order)
-    if path == PATH_ONE_ROW and q.shape[2] % 64 == 0:
-        T, H, D = q.shape
+    F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; the
+    kernel by fa_path (llama.cpp's split-KV kernel cuts the cells into n_threads chunks). The one-row and tiled
+    kernels run vectorised for head dimensions of a multiple of 64 (ggml_vec_dot_f16's 4 x 16 lanes) and 16."""
+    path = fa_path(q.shape[0], n_kv, order)
+    T, H, D = q.shape
+    n_chunks = max(1, int(n_threads))
+    scale = np.float32(scale)
+    if path == PATH_ONE_ROW and D % 64 == 0:
         if T * H * n_kv * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS:
-            _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(scale), out, 0, 1)
+            _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
         else:
-            _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(scale), out, max(1, int(n_threads)))
-        return
-    _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(scale), out, path, max(1, int(n_threads)))
+            _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
+    elif path == PATH_TILED and D % 16 == 0:
+        if T * H * n_kv * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS:
+            _tiled_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
+        else:
+            _tiled_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
+    else:
+        _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, path, n_chunks)

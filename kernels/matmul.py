@@ -11,7 +11,8 @@ matmul converts the activations x (T, K) float32 to the weight type's vec_dot_ty
 (its AVX2/AVX-512 vec_dot, repacked gemv/gemm, tinyBLAS or tiled kernels; each format module says which), with
 integer dot products: T == 1 runs the gemv kernel, T > 1 the gemm kernel; both
 parallelise over weight rows (numba prange, thread count from kernels.config.set_num_threads) and produce
-bit-identical rows, independent of the thread count.
+bit-identical rows, independent of the thread count. Where llama.cpp's batched kernels sum in another order than
+its single-token ones, `order` (kernels.config.Order) says which a batch's rows follow.
 
 Single token (T == 1) with the AVX2 kernels of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: one numba call converts x
 and runs the gemv of up to 3 weights in one parallel region (kernels/quants/gemv1.py); matmul_many is how a
@@ -28,6 +29,7 @@ from .ggml_type import GGMLType, type_name
 from .quants import get_format, readonly
 from .quants.base import llama_repacks
 from .config import work_chunks as _num_threads
+from .order import Order
 from .quants import gemv1, kquants, q32
 from .quants._simd import HAS_AVX2
 from .quants.vec_dot_type import quantize_activations
@@ -170,15 +172,42 @@ def _gemv_fused(ws, x2, outs):
         gemv1.Q32_GEMV[kind, code](p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
 
 
-def _gemm(w, a, out, llama_order):
-    fn = w.fmt.gemm_llama if llama_order and w.fmt.gemm_llama is not None else w.fmt.gemm
+def _gemm(w, a, out, order):
+    fn = w.fmt.gemm_llama if order and w.fmt.gemm_llama is not None else w.fmt.gemm
     fn(w.packed, a, out)
 
 
-def matmul(w: Weight, x: np.ndarray, out: np.ndarray, llama_order: bool = False) -> np.ndarray:
-    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1). llama_order: for
-    T > 1 use llama.cpp's batch order where it differs from its single-token order (BlockFormat.gemm_llama);
-    otherwise every row of a batch equals the single-token product bit for bit."""
+def batched_rows(T: int) -> int:
+    """The smallest batch of >= T rows that takes llama.cpp's batched kernels for every row: the K-quants'
+    tiled matmul from kquants.TILED_MIN_BATCH tokens, the repacked gemms on the first T - T % 4."""
+    return max(kquants.TILED_MIN_BATCH, -(-T // 4) * 4)
+
+
+def _every_row(product, x2, outs2):
+    """Order.BATCHED: the product on x2 (T, K) padded with zero rows to batched_rows(T) in llama.cpp's batch
+    order, whose rows do not depend on each other; the first T rows copied to outs2."""
+    T = x2.shape[0]
+    xp = np.zeros((batched_rows(T), x2.shape[1]), np.float32)
+    xp[:T] = x2
+    ops = [np.empty((xp.shape[0], o.shape[1]), np.float32) for o in outs2]
+    product(xp, ops)
+    for o, op in zip(outs2, ops):
+        o[:] = op[:T]
+
+
+def matmul(w: Weight, x: np.ndarray, out: np.ndarray, order: Order = Order.SINGLE) -> np.ndarray:
+    """out (T, N) = ggml mul_mat(w, x) for x (T, K) float32 (1-D x / out are taken as T = 1), every row in
+    llama.cpp's single-token order (SINGLE: a batch's rows equal the single-token products bit for bit), in its
+    batch order where that differs (LLAMA, T > 1; BlockFormat.gemm_llama), or in its batch order for every row
+    (BATCHED)."""
+    if order == Order.BATCHED:
+        x2 = _check_x(w, x)
+        T = x2.shape[0]
+        if batched_rows(T) == T:  # (a large batch: llama.cpp's order takes the batched kernels already)
+            return matmul(w, x, out, Order.LLAMA)
+        if T:
+            _every_row(lambda xp, ops: matmul(w, xp, ops[0], Order.LLAMA), x2, [_out2(w, x, T, out)])
+        return out
     if (w.fused is not None and type(x) is np.ndarray and type(out) is np.ndarray and x.shape == w._x1
             and out.shape == w._o1 and x.dtype is _F32 and out.dtype is _F32 and x.flags.c_contiguous
             and out.flags.c_contiguous and out.flags.writeable):
@@ -198,14 +227,14 @@ def matmul(w: Weight, x: np.ndarray, out: np.ndarray, llama_order: bool = False)
     if T == 1:
         w.fmt.gemv(w.packed, a, out2)
     else:
-        _gemm(w, a, out2, llama_order)
+        _gemm(w, a, out2, order)
     return out
 
 
-def matmul_many(weights, x: np.ndarray, outs, llama_order: bool = False) -> list:
-    """outs[i] (T, N_i) = matmul(weights[i], x, outs[i]) for weights sharing the inner size K, with x converted
-    once per vec_dot_type (and, for T == 1 on the fused formats, up to 3 products in one parallel region).
-    Results are bit-identical to separate matmul calls. Returns outs."""
+def matmul_many(weights, x: np.ndarray, outs, order: Order = Order.SINGLE) -> list:
+    """outs[i] (T, N_i) = matmul(weights[i], x, outs[i], order) for weights sharing the inner size K, with x
+    converted once per vec_dot_type (and, for T == 1 on the fused formats, up to 3 products in one parallel
+    region). Results are bit-identical to separate matmul calls. Returns outs."""
     weights = list(weights)
     outs = list(outs)
     if len(weights) != len(outs):
@@ -221,6 +250,11 @@ def matmul_many(weights, x: np.ndarray, outs, llama_order: bool = False) -> list
     T = x2.shape[0]
     outs2 = [_out2(w, x, T, o) for w, o in zip(weights, outs)]
     if T == 0:
+        return outs
+    if order == Order.BATCHED and batched_rows(T) == T:
+        order = Order.LLAMA
+    if order == Order.BATCHED:
+        _every_row(lambda xp, ops: matmul_many(weights, xp, ops, Order.LLAMA), x2, outs2)
         return outs
     rest = []
     if T == 1:
@@ -245,5 +279,5 @@ def matmul_many(weights, x: np.ndarray, outs, llama_order: bool = False) -> list
         if T == 1:
             w.fmt.gemv(w.packed, acts[vt], outs2[i])
         else:
-            _gemm(w, acts[vt], outs2[i], llama_order)
+            _gemm(w, acts[vt], outs2[i], order)
     return outs

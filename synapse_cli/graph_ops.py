@@ -33,7 +33,7 @@ class GraphOps:
         self.pos, self.n_used, self.n_kv = pos, n_used, n_kv  # (T,) positions; cells used; cells attended
         self.rope_args = rope_args
         self.temp = temp  # (T,) mistral3's attention temperature, or None
-        self.lo = not ctx.batch_invariant  # llama.cpp's batch order for products whose batched order differs
+        self.order = ctx.order  # the products' rows: llama.cpp's single-token or batched orders (kernels/order.py)
 
     # --- input, norms, output
 
@@ -45,7 +45,7 @@ class GraphOps:
         rms_norm_mul(x, self.hp.f_norm_rms_eps, w, out)
 
     def logits(self, x, out):
-        matmul(self.ctx.model.output, x, out, self.lo)
+        matmul(self.ctx.model.output, x, out, self.order)
 
     # --- attention block
 
@@ -56,7 +56,7 @@ class GraphOps:
         from kernels.rope import rope_qk
 
         hp, ctx, T = self.hp, self.ctx, self.T
-        matmul_many(L.qkv, cur, [q, k, v], self.lo)  # activations converted once, one parallel region
+        matmul_many(L.qkv, cur, [q, k, v], self.order)  # activations converted once, one parallel region
         for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
             _add_bias(out, b)
         rope_qk(q.reshape(T, hp.n_head, hp.n_embd_head), k.reshape(T, hp.n_head_kv, hp.n_embd_head), self.pos,
@@ -79,7 +79,7 @@ class GraphOps:
             fwht_rows(kqv_out, self.ctx.rot_v)
 
     def attn_out(self, il: int, L, kqv_out, out):
-        matmul(L.attn_output, kqv_out, out, self.lo)
+        matmul(L.attn_output, kqv_out, out, self.order)
         _add_bias(out, L.attn_output_b)
 
     def out_rows(self, attn_out, x, n: int):
@@ -92,7 +92,7 @@ class GraphOps:
         add(a, b, out)
 
     def gate_up(self, il: int, L, cur, gate, up):
-        matmul_many(L.gate_up, cur, [gate, up], self.lo)
+        matmul_many(L.gate_up, cur, [gate, up], self.order)
         _add_bias(gate, L.ffn_gate_b)
         _add_bias(up, L.ffn_up_b)
 
@@ -100,7 +100,7 @@ class GraphOps:
         swiglu(gate, up, gate)
 
     def ffn_down(self, il: int, L, h, out):
-        matmul(L.ffn_down, h, out, self.lo)
+        matmul(L.ffn_down, h, out, self.order)
         _add_bias(out, L.ffn_down_b)
 
 
@@ -142,7 +142,7 @@ class TracedGraphOps(GraphOps):
         for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, hp.n_head, q_r),
                                                ("Vcur", L.attn_v, L.attn_v_b, v, hp.n_head_kv, None),
                                                ("Kcur", L.attn_k, L.attn_k_b, k, hp.n_head_kv, k_r)):
-            matmul(W, cur, out, self.lo)
+            matmul(W, cur, out, self.order)
             raw = out.copy()
             _add_bias(out, b)
             shaped = out.reshape(T, heads, D)
@@ -178,7 +178,7 @@ class TracedGraphOps(GraphOps):
             self.kqv_name = g.rotation(self.kqv_name, before, kqv_out, ctx.rot_v, "attn_inp_v_rot")
 
     def attn_out(self, il, L, kqv_out, out):
-        matmul(L.attn_output, kqv_out, out, self.lo)
+        matmul(L.attn_output, kqv_out, out, self.order)
         self.attn_name = self.g.attn_out(il, out, L.attn_output.name, self.hp.n_head * self.hp.n_embd_head,
                                          self.kqv_name)
         _add_bias(out, L.attn_output_b)
@@ -198,7 +198,7 @@ class TracedGraphOps(GraphOps):
         self.res_name = name
 
     def gate_up(self, il, L, cur, gate, up):
-        matmul_many(L.gate_up, cur, [gate, up], self.lo)
+        matmul_many(L.gate_up, cur, [gate, up], self.order)
         _add_bias(gate, L.ffn_gate_b)
         self.g.matmul(f"ffn_gate-{il}", gate, L.ffn_gate.name, self.hp.n_embd, f"ffn_norm-{il}")
         _add_bias(up, L.ffn_up_b)

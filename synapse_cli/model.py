@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from kernels.ggml_type import GGMLType
+from kernels.order import Order
 
 from kernels.errors import ModelError
 from kernels.gguf import GGUFReader, TensorInfo
@@ -249,7 +250,7 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
-                 batch_invariant: bool = True, flash_attn: bool = True):
+                 batch_invariant: bool = True, flash_attn: bool = True, batched_kernels: bool = False):
         hp = model.hparams
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
@@ -269,7 +270,11 @@ class Context:
         # 256 alone, so its logits depend on batching (fixtures README 5). By default we use the
         # single-token orders always: prefill in any split equals token-by-token decoding bit for bit.
         # batch_invariant=False follows llama.cpp's choices (eval-callback uses it to line up with logs).
+        # batched_kernels: batch-invariant too, but llama.cpp's kernels of large batches for every row (its FA
+        # tiled kernel, tinyBLAS, the repacked and tiled gemms), whatever the batch: perplexity, whose batches
+        # all are large in llama.cpp, uses them.
         self.batch_invariant = batch_invariant
+        self.order = Order.LLAMA if not batch_invariant else Order.BATCHED if batched_kernels else Order.SINGLE
         # decode short batches token by token (set on a cold kernel cache, batch-invariant order only)
         self.single_token_batches = False
         # flash attention: llama.cpp's FLASH_ATTN_EXT graph (kernels/flash_attn.py), whose V cache is not
@@ -521,14 +526,25 @@ class Context:
             kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
             if self._fa_plain:
                 k16, v16 = self._fa_operands(il, n_kv)
-                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, not self.batch_invariant,
-                               work_chunks())
+                flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, self.order, work_chunks())
             else:
                 flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
         else:
             kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+            if self.order == Order.BATCHED and q_r.shape[0] == 1:
+                # the batched kernels (from 2 rows) for a lone row: computed beside a copy of itself
+                q_r, pos = np.concatenate([q_r, q_r]), np.concatenate([pos, pos])
+                out2 = np.empty((2, kqv_out.shape[1]), np.float32)
+                kq2, sm2 = (None if a is None else np.empty((a.shape[0], 2, a.shape[2]), np.float32) for a in (kq, kq_sm))
+                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+                          hp.kq_scale, out2, kq2, sm2, True)
+                kqv_out[:] = out2[:1]
+                for a, a2 in ((kq, kq2), (kq_sm, sm2)):
+                    if a is not None:
+                        a[:] = a2[:, :1]
+                return
             attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
-                      hp.kq_scale, kqv_out, kq, kq_sm, not self.batch_invariant)
+                      hp.kq_scale, kqv_out, kq, kq_sm, self.order != Order.SINGLE)
 
     def cache_views(self, il: int, n_kv: int):
         """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernels.order import Order
 from kernels.flash_attn import FA_SPLIT_KV_MIN, FA_TILE_Q, PATH_ONE_ROW, PATH_SPLIT_KV, PATH_TILED, fa_path, flash_attn_ext
 
 
@@ -32,6 +33,7 @@ def test_paths_llama_cpp_takes():
     assert fa_path(FA_TILE_Q, 256, True) == PATH_TILED and fa_path(FA_TILE_Q - 1, 256, True) == PATH_ONE_ROW
     assert fa_path(1, FA_SPLIT_KV_MIN, True) == PATH_SPLIT_KV and fa_path(1, FA_SPLIT_KV_MIN - 1, True) == PATH_ONE_ROW
     assert fa_path(FA_TILE_Q, FA_SPLIT_KV_MIN, False) == PATH_ONE_ROW  # batch-invariant default
+    assert fa_path(1, FA_SPLIT_KV_MIN, Order.BATCHED) == PATH_TILED  # batch-invariant, large batches' kernel
 
 
 def test_tiled_path_agrees_with_one_row_path_within_rounding():
@@ -75,3 +77,41 @@ def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
     for threads in (1, 2, 3):
         got = _run((q, k, v, kv_pos, q_pos), 512, False, threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+
+
+@pytest.mark.parametrize("H,Hkv,D,T", [(4, 4, 64, 3), (4, 2, 64, 70), (9, 3, 64, 17), (14, 2, 64, 64), (12, 2, 128, 9),
+                                       (32, 8, 128, 65), (4, 2, 80, 11)])
+def test_vectorised_tiled_kernel_is_the_scalar_specification(H, Hkv, D, T):
+    """flash_attn_ext's tiled path (blocks of rows sharing each F32 K tile, 4 x 16 score lanes) gives the bits
+    of the scalar port of ggml's tiled kernel (`_row_tiled`) at any thread count, in llama.cpp's order (T >= 64)
+    and for every row (Order.BATCHED); rising scores exercise the rescaling branch, and the
+    empty cells past n_used a partly and a wholly masked tile."""
+    from kernels.flash_attn import _flash_attn_ext
+
+    n_kv = 320
+    q, k, v, kv_pos, q_pos = _case(T, n_kv, H, Hkv, D, seed=H + D + T)
+    ramp = (np.linspace(0.0, 4.0, n_kv, dtype=np.float32)[:, None, None] * np.ones((1, Hkv, D), np.float32))
+    k = (k.view(np.float16).astype(np.float32) + ramp).astype(np.float16).view(np.uint16)
+    kv_pos[200:256] = -1  # a whole tile of empty cells inside the view
+    want = np.empty((T, H * D), np.float32)
+    _flash_attn_ext(q, k, v, n_kv, kv_pos, q_pos, np.float32(0.125), want, PATH_TILED, 1)
+    for threads in (1, 2, 3):
+        got = np.empty_like(want)
+        flash_attn_ext(q, k, v, n_kv, kv_pos, q_pos, 0.125, got, Order.BATCHED, threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+        if T >= FA_TILE_Q:
+            flash_attn_ext(q, k, v, n_kv, kv_pos, q_pos, 0.125, got, True, threads)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+
+
+def test_batched_order_rows_do_not_depend_on_the_batch():
+    """Order.BATCHED, the tiled kernel for every row: a row alone equals the row in a batch of 70 (which
+    llama.cpp's order computes with the tiled kernel too: the same bits)."""
+    q, k, v, kv_pos, q_pos = _case(70, 256)
+    whole = np.empty((70, q.shape[1] * q.shape[2]), np.float32)
+    flash_attn_ext(q, k, v, 256, kv_pos, q_pos, 0.125, whole, Order.BATCHED, 2)
+    assert np.array_equal(whole, _run((q, k, v, kv_pos, q_pos), 256, True))
+    for t in (0, 9, 69):
+        one = np.empty((1, whole.shape[1]), np.float32)
+        flash_attn_ext(q[t:t + 1], k, v, 256, kv_pos, q_pos[t:t + 1], 0.125, one, Order.BATCHED, 1)
+        assert np.array_equal(one[0], whole[t])

@@ -17,6 +17,7 @@ from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType as G
 from kernels.quants._simd import HAS_AVX2
 from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
+from kernels.order import Order
 from kernels.errors import ModelError
 from kernels.gguf import GGUFReader
 
@@ -116,14 +117,14 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
 @pytest.mark.skipif(not HAS_AVX2, reason="the x86 orders are those of the AVX2 kernels")
 @pytest.mark.parametrize("T", [4, 9, 13, 35])
 def test_q4_K_llama_batch_order(T):
-    """llama_order=True follows x86 llama.cpp's repacked Q4_K: the first T - T % 4 tokens in
+    """Order.LLAMA follows x86 llama.cpp's repacked Q4_K: the first T - T % 4 tokens in
     ggml_gemm_q4_K_8x8_q8_K's per-64-weight order, the rest in ggml_gemv_q4_K_8x8_q8_K's per-block order; the
     default (batch-invariant) gives every token the gemv order."""
     K, N = 768, 24
     raw, w = _weight(G.Q4_K, N, K, 700 + T)
     x = _x(T, K, 800 + T)
     out = np.full((T, N), np.nan, np.float32)
-    matmul(w, x, out, llama_order=True)
+    matmul(w, x, out, Order.LLAMA)
     T4 = T - T % 4
     assert np.array_equal(out[:T4], R.matmul(G.Q4_K, raw, x[:T4], "x86-sb"))
     assert np.array_equal(out[T4:], R.matmul(G.Q4_K, raw, x[T4:], "x86"))
@@ -133,17 +134,35 @@ def test_q4_K_llama_batch_order(T):
 @pytest.mark.skipif(not HAS_AVX2, reason="the x86 orders are those of the AVX2/AVX512 kernels")
 @pytest.mark.parametrize("t", [G.F32, G.F16], ids=["F32", "F16"])
 def test_float_weights_llama_batch_order(t):
-    """llama_order=True gives batches (T >= 2) llamafile tinyBLAS's order, as llama.cpp's mul_mat does for
+    """Order.LLAMA gives batches (T >= 2) llamafile tinyBLAS's order, as llama.cpp's mul_mat does for
     F32/F16 weights; single tokens keep ggml_vec_dot's."""
     K, N, T = 320, 9, 3
     raw, w = _weight(t, N, K, 900 + int(t))
     x = _x(T, K, 901 + int(t))
     out = np.full((T, N), np.nan, np.float32)
-    matmul(w, x, out, llama_order=True)
+    matmul(w, x, out, Order.LLAMA)
     assert np.array_equal(out, R.matmul(t, raw, x, "x86-tb"))
     one = np.full((1, N), np.nan, np.float32)
-    matmul(w, x[:1], one, llama_order=True)
+    matmul(w, x[:1], one, Order.LLAMA)
     assert np.array_equal(one, R.matmul(t, raw, x[:1], "x86"))
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_batched_order_rows_do_not_depend_on_the_batch(t):
+    """Order.BATCHED: every row in llama.cpp's order of large batches, whatever the batch: a lone token and
+    batches of 3, 9 and 16 give the rows of a 16-token batch in llama.cpp's order (matmul_many too)."""
+    K, N = 512, 24
+    raw, w = _weight(t, N, K, 1000 + int(t))
+    x = _x(16, K, 1001 + int(t))
+    want = np.full((16, N), np.nan, np.float32)
+    matmul(w, x, want, Order.LLAMA)
+    for T in (1, 3, 9, 16):
+        got = np.full((T, N), np.nan, np.float32)
+        matmul(w, x[:T], got, Order.BATCHED)
+        assert np.array_equal(got, want[:T]), T
+    pair = [np.full((3, N), np.nan, np.float32) for _ in range(2)]
+    matmul_many([w, w], x[:3], pair, Order.BATCHED)
+    assert np.array_equal(pair[0], want[:3]) and np.array_equal(pair[1], want[:3])
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)

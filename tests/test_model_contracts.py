@@ -26,11 +26,11 @@ def _load(name: str) -> Model:
 
 
 def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None, prompt: list[int] = PROMPT,
-         fa: bool = True):
+         fa: bool = True, batched: bool = False):
     """All-token logits of `prompt` evaluated in micro-batches of n_ubatch (or llama_decode calls of
-    step_tokens tokens each), plus the filled part of every layer's KV cache."""
+    step_tokens tokens each), plus the filled part of every layer's KV cache; batched: Order.BATCHED."""
     ctx = Context(model, n_ctx=256, n_batch=512, n_ubatch=n_ubatch, cache_type_k=cache, cache_type_v=cache,
-                  flash_attn=fa)
+                  flash_attn=fa, batched_kernels=batched)
     step = step_tokens or len(prompt)
     logits = [ctx.decode(prompt[s : s + step], all_logits=True) for s in range(0, len(prompt), step)]
     return np.concatenate(logits), [k.copy() for k in ctx.k_cache], [v.copy() for v in ctx.v_cache]
@@ -39,11 +39,14 @@ def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("cache", ["f16", "f32"])
 @pytest.mark.parametrize("fa", [True, False], ids=["fa", "no-fa"])
-def test_prefill_split_equals_token_by_token(name, cache, fa):
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
+def test_prefill_split_equals_token_by_token(name, cache, fa, batched):
+    """Both batch-invariant orders (kernels/order.py): llama.cpp's single-token kernels, or its batched kernels
+    for every row (a lone token or a short batch padded with zero rows, or beside its copy in attention)."""
     model = _load(name)
-    ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache=cache, step_tokens=1, fa=fa)
+    ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache=cache, step_tokens=1, fa=fa, batched=batched)
     for n_ubatch, step in ((512, None), (3, None), (4, 5), (1, None)):
-        logits, ks, vs = _run(model, n_ubatch, cache, step, fa=fa)
+        logits, ks, vs = _run(model, n_ubatch, cache, step, fa=fa, batched=batched)
         bad = np.argwhere(logits != ref_logits)
         assert bad.size == 0, f"ubatch {n_ubatch}/step {step}: logits differ first at (token, id) {bad[0]}"
         for il, (a, b) in enumerate(zip(ks, ref_k)):
@@ -64,6 +67,21 @@ def test_long_prefill_split_equals_token_by_token():
         assert bad.size == 0, f"ubatch {n_ubatch}/step {step}: logits differ first at (token, id) {bad[0]}"
         assert all(np.array_equal(a, b) for a, b in zip(ks, ref_k)), f"K cache differs for ubatch {n_ubatch}"
         assert all(np.array_equal(a, b) for a, b in zip(vs, ref_v)), f"V cache differs for ubatch {n_ubatch}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("fa", [True, False], ids=["fa", "no-fa"])
+def test_batched_order_is_llamas_on_large_batches(name, fa):
+    """Order.BATCHED is llama.cpp's order wherever llama.cpp takes its batched kernels for every row: a
+    64-token prompt in one batch (flash attention's tiled kernel or tinyBLAS attention, tinyBLAS products,
+    the repacked gemms on multiples of 4 tokens, the K-quants' tiled matmul)."""
+    model = _load(name)
+    prompt = [1] + [50 + (37 * i) % 800 for i in range(63)]
+    batched = Context(model, n_ctx=256, flash_attn=fa, batched_kernels=True).decode(prompt, all_logits=True)
+    llama = Context(model, n_ctx=256, flash_attn=fa, batch_invariant=False).decode(prompt, all_logits=True)
+    assert np.array_equal(batched, llama)
+    if fa:  # (the tiled kernel accumulates V in F32, the one-row kernel in F16; some products sum alike)
+        assert not np.array_equal(batched, Context(model, n_ctx=256).decode(prompt, all_logits=True))
 
 
 def test_last_logits_equal_all_logits_row():

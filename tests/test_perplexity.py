@@ -288,3 +288,19 @@ def test_strided_softmax_is_perplexity_cpps_float_arithmetic():
         p = float(np.float32(exps[targets[r]] / s))
         want = -libm.logf(p) if p > 0 else float("inf")
         assert got[r] == want, (r, got[r], want)
+
+
+def test_default_mode_is_llamas_arithmetic_on_large_batches_and_batch_invariant():
+    """-c 128 -b 128 -fa on: llama-perplexity's micro-batches have 128 rows (its flash attention's tiled kernel,
+    its batched products), so the default mode (those kernels for every row, kernels/order.py) prints exactly the
+    --llama-batch-order numbers; with -ub 70 (micro-batches of 70 and 58 rows, short ones padded) it prints them
+    still, being batch-invariant (llama.cpp's order then moves: its micro-batch of 58 rows takes flash
+    attention's one-row kernel)."""
+    tiny = str(REF.parent / "models" / "tiny-llama-Q5_K_M.gguf")
+    base = ["perplexity", "-m", tiny, "-f", str(CORPUS), "-c", "128", "-b", "128", "--chunks", "3", "-fa", "on",
+            "-t", "2"]
+    runs = [CliRunner().invoke(cli, base + extra) for extra in ([], ["--llama-batch-order"], ["-ub", "70"],
+                                                                 ["-ub", "70", "--llama-batch-order"])]
+    assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
+    numbers = [_layout(r.stdout)[1] + re.findall(r"Final estimate: PPL = (\S+ \+/- \S+)", r.stderr) for r in runs]
+    assert len(numbers[0]) == 4 and numbers[0] == numbers[1] == numbers[2] != numbers[3]

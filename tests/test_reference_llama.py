@@ -24,6 +24,7 @@ from conftest import TINY_MODELS
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
+from kernels.order import Order
 from kernels.quants import get_format
 from kernels.quants.base import llama_repacks
 
@@ -70,7 +71,7 @@ def test_products_equal_ggml_in_llama_batch_order(case):
     Q5_0/Q8_0, the repacked Q2_K gemm on the first T - T % 4 tokens): every output bit for bit."""
     typ, K, N, T, raw, x, ref = case
     out = np.empty((T, N), np.float32)
-    matmul(Weight(typ, raw.copy(), K, N), x.copy(), out, llama_order=True)
+    matmul(Weight(typ, raw.copy(), K, N), x.copy(), out, Order.LLAMA)
     assert np.array_equal(out.view(np.uint32), ref.view(np.uint32)), f"{int((out != ref).sum())} of {ref.size} differ"
 
 

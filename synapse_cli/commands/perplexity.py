@@ -24,15 +24,20 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
     """The session both modes run on, with llama-perplexity's batch geometry: n_seq = max(1, b / c) chunks per
     batch and n_batch = min(b, n_seq * c), so each chunk is decoded in batches of min(b, c) tokens (micro-batches
     of ub). Returns (session, min(b, c), n_seq). n_cells / n_batch: the context's cells and batch size instead
-    (--ppl-stride)."""
+    (--ppl-stride). The default (batch-invariant) mode computes every row with llama.cpp's kernels of large batches
+    (kernels/order.py) when llama-perplexity's micro-batches are large (FA_TILE_Q rows, where its flash attention
+    takes its tiled kernel), so that it agrees with llama-perplexity's arithmetic."""
+    from kernels.flash_attn import FA_TILE_Q
+
     from ..session import open_session
     from .decode import default_threads
 
     n_batch = min(batch_size, ctx_size) if n_batch is None else n_batch
-    sess = open_session(model_path, n_ctx=n_cells or ctx_size, n_batch=n_batch, n_ubatch=min(ubatch_size, n_batch),
+    n_ubatch = min(ubatch_size, n_batch)
+    sess = open_session(model_path, n_ctx=n_cells or ctx_size, n_batch=n_batch, n_ubatch=n_ubatch,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
-                        flash_attn=resolve_flash_attn(flash_attn))
+                        flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q)
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
