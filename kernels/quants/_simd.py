@@ -569,6 +569,34 @@ def hsum32(typingctx, a):
     return types.int32(a), codegen
 
 
+@intrinsic
+def hsum32x4(typingctx, a, b, c, d):
+    """(float)(sum of a's 8 int32 lanes), the same of b, c, d: four horizontal sums sharing their shuffles
+    (integer: the order of the additions is irrelevant) and one conversion (exact below 2^24, as (float)int)."""
+    if not (a == b == c == d == V8I32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        def mask(*ix):
+            return ir.Constant(ir.VectorType(_i32, len(ix)), list(ix))
+
+        def pairs(x, y):  # lanes x0+x1, y0+y1, x2+x3, y2+y3, ...
+            even = builder.shuffle_vector(x, y, mask(0, 8, 2, 10, 4, 12, 6, 14))
+            odd = builder.shuffle_vector(x, y, mask(1, 9, 3, 11, 5, 13, 7, 15))
+            return builder.add(even, odd)
+
+        ab, cd = pairs(args[0], args[1]), pairs(args[2], args[3])
+        quads = builder.add(builder.shuffle_vector(ab, cd, mask(0, 1, 8, 9, 4, 5, 12, 13)),
+                            builder.shuffle_vector(ab, cd, mask(2, 3, 10, 11, 6, 7, 14, 15)))
+        lo = builder.shuffle_vector(quads, quads, mask(0, 1, 2, 3))
+        hi = builder.shuffle_vector(quads, quads, mask(4, 5, 6, 7))
+        s = builder.sitofp(builder.add(lo, hi), ir.VectorType(ir.FloatType(), 4))
+        return context.make_tuple(builder, sig.return_type, [builder.extract_element(s, ir.Constant(_i32, i))
+                                                             for i in range(4)])
+
+    return types.UniTuple(types.float32, 4)(a, b, c, d), codegen
+
+
 def _make_lane(vt: Vec, scalar):
     @intrinsic
     def lane(typingctx, v, i):

@@ -49,7 +49,7 @@ from .kquants import hsum_float_8
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
 from ._simd512 import HAS_AVX512, HAS_VNNI512
-from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, hsum32x4, load32, load8_i16_as_i32, load8_u8_as_i32,
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8,
                     splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
@@ -158,11 +158,11 @@ TOK_TILE = 32
 
 
 @pjit
-def _gemm(w, qp, yd, bs32, out):
+def _gemm(w, qp, yd, bs32, SB, out):
     """Tiles of ROW_TILE rows x TOK_TILE tokens; inside a tile, block by block: each (row, block) is unpacked
     once and used for every token of the tile, whose activations for that block stay in L1. Per (row, token)
-    row_dot_x86's sequence (SB False); the min term (M = sum_j mins[j] * bs32[j]) and its FMA are done 8
-    tokens at a time (lanes = tokens)."""
+    row_dot_x86's sequence (SB: its per-sb order, llama.cpp's gemm); the min term (M = sum_j mins[j] * bs32[j],
+    with SB per pair of sub-blocks) and its FMA are done 8 tokens at a time (lanes = tokens)."""
     N = w.shape[0]
     T, K = qp.shape
     nb = K // QK_K
@@ -215,6 +215,18 @@ def _gemm(w, qp, yd, bs32, out):
                 r = n - r0
                 for t in range(t0, t1):
                     oa = t * K + b * QK_K
+                    d = np.float32(dx * yd[t, b])
+                    if SB:  # one FMA per 64 weights (sb), in order
+                        f0, f1, f2, f3 = hsum32x4(
+                            dpwssd(dpwssd(zero32(), maddubs(l0, load32(qp, oa)), s0), maddubs(h0, load32(qp, oa + 32)), s1),
+                            dpwssd(dpwssd(zero32(), maddubs(l1, load32(qp, oa + 64)), s2), maddubs(h1, load32(qp, oa + 96)), s3),
+                            dpwssd(dpwssd(zero32(), maddubs(l2, load32(qp, oa + 128)), s4), maddubs(h2, load32(qp, oa + 160)), s5),
+                            dpwssd(dpwssd(zero32(), maddubs(l3, load32(qp, oa + 192)), s6), maddubs(h3, load32(qp, oa + 224)), s7))
+                        a = fma_f32(f0, d, acc[r, t - t0])
+                        a = fma_f32(f1, d, a)
+                        a = fma_f32(f2, d, a)
+                        acc[r, t - t0] = fma_f32(f3, d, a)
+                        continue
                     v = dpwssd(zero32(), maddubs(l0, load32(qp, oa)), s0)
                     v = dpwssd(v, maddubs(h0, load32(qp, oa + 32)), s1)
                     v = dpwssd(v, maddubs(l1, load32(qp, oa + 64)), s2)
@@ -223,29 +235,23 @@ def _gemm(w, qp, yd, bs32, out):
                     v = dpwssd(v, maddubs(h2, load32(qp, oa + 160)), s5)
                     v = dpwssd(v, maddubs(l3, load32(qp, oa + 192)), s6)
                     v = dpwssd(v, maddubs(h3, load32(qp, oa + 224)), s7)
-                    d = np.float32(dx * yd[t, b])
                     acc[r, t - t0] = fma_f32(np.float32(hsum32(v)), d, acc[r, t - t0])
                 for tc in range(n_tc):
                     ob8 = 4 * (8 * tc)
-                    sumi = mul32(splat32(w[n, ob + 136]), load8x32(bsT, 4 * (b * 8 * TOK_TILE) + ob8))
-                    for j in range(1, 8):
-                        sumi = add32(sumi, mul32(splat32(w[n, ob + 136 + j]),
-                                                 load8x32(bsT, 4 * ((b * 8 + j) * TOK_TILE) + ob8)))
                     dmin = fmul(splatf(dmx), load8xf32(ydT, 4 * (b * TOK_TILE) + ob8))
                     sf = 4 * (r * TOK_TILE) + ob8
-                    store8xf32(accm, sf, ffma(cvt_f32(sumi), dmin, load8xf32(accm, sf)))
+                    am = load8xf32(accm, sf)
+                    sumi = mul32(splat32(w[n, ob + 136]), load8x32(bsT, 4 * (b * 8 * TOK_TILE) + ob8))
+                    for j in range(1, 8):
+                        if SB and j % 2 == 0:  # one FMA per pair of sub-blocks
+                            am = ffma(cvt_f32(sumi), dmin, am)
+                            sumi = zero32()
+                        sumi = add32(sumi, mul32(splat32(w[n, ob + 136 + j]),
+                                                 load8x32(bsT, 4 * ((b * 8 + j) * TOK_TILE) + ob8)))
+                    store8xf32(accm, sf, ffma(cvt_f32(sumi), dmin, am))
         for n in range(r0, r1):
             for t in range(t0, t1):
                 out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
-
-
-@pjit
-def _gemm_rows(w, qp, yd, bs32, SB, out):
-    """row_dot_x86 for every (row, token): the llama batch order (SB) without AVX512."""
-    T = qp.shape[0]
-    for n in prange(w.shape[0]):
-        for t in range(T):
-            out[t, n] = row_dot_x86(w, n, qp, t, yd, bs32, SB)
 
 
 # ------------------------------------------------------------ weights llama.cpp does not repack (ne1 % 8 != 0)
@@ -365,10 +371,7 @@ def _gemm_fast(packed, a, out, sb=False):
         _gemm_z(packed[0], qp, ydT, bsP, sb, out)
     else:
         k = kquants.prepare(a, 0)
-        if sb:
-            _gemm_rows(packed[0], k.qp, k.d, k.bs32, True, out)
-        else:
-            _gemm(packed[0], k.qp, k.d, k.bs32, out)
+        _gemm(packed[0], k.qp, k.d, k.bs32, sb, out)
 
 
 def _gemm_llama(packed, a, out):
