@@ -46,6 +46,7 @@ from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16
 from kernels.activations import row_max, vec_soft_max
 from kernels.order import Order
 from kernels.attention import _dot_lanes, _dots16, _dots16_heads
+from kernels.config import ijit
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
@@ -56,6 +57,31 @@ FA_SPLIT_KV_MIN = 512  # one query row over a KV view of this many cells takes g
 # below this much work (kq + kqv flops over the attended view) the one-row kernel stays on the calling thread:
 # a parallel launch costs ~10 us
 ONE_ROW_PARALLEL_MIN_FLOPS = 1 << 22
+
+
+@ijit
+def _soft_max_step(s, scale, M):
+    """The one-row kernel's online soft-max for a raw score s against the running maximum M: (a new maximum?,
+    the maximum, ms, vs) with s = s * scale + 0 (the mask) and, on a new maximum, ms = expf(M - s), vs = 1,
+    otherwise ms = 1, vs = expf(s - M)."""
+    s = np.float32(np.float32(s * scale) + np.float32(0.0))
+    if s > M:
+        return True, s, np.float32(math.exp(np.float32(M - s))), np.float32(1.0)
+    return False, M, np.float32(1.0), np.float32(math.exp(np.float32(s - M)))
+
+
+@ijit
+def _vkq_f16_scale(vkq, ms):
+    """VKQ = fp16(VKQ * ms): ggml_vec_scale_f16 on the F16 accumulator (vkq (D,) F16 bits)."""
+    for d in range(vkq.shape[0]):
+        vkq[d] = f32_to_f16_bits_hw(np.float32(f16_bits_to_f32_hw(vkq[d]) * ms))
+
+
+@ijit
+def _vkq_f16_mad(vkq, v16, c, g, vs):
+    """VKQ = fp16(fma(V[c], vs, VKQ)): ggml_vec_mad_f16 (AVX512: _mm512_fmadd_ps) of cell c, KV head g."""
+    for d in range(vkq.shape[0]):
+        vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
 
 
 @jit
@@ -72,20 +98,10 @@ def _row_chunk(q, k16, v16, kv_pos, qp, scale, t, h, g, c0, c1, qq, vkq, vkq32):
         p = kv_pos[c]
         if p < 0 or p > qp:  # masked: -inf, skipped
             continue
-        s = _reduce_add16(_dot_lanes(k16, (c * Hkv + g) * D, qq, 0, D))
-        s = np.float32(np.float32(s * scale) + np.float32(0.0))
-        ms = np.float32(1.0)
-        vs = np.float32(1.0)
-        if s > M:
-            m_old = M
-            M = s
-            ms = np.float32(math.exp(np.float32(m_old - M)))
-            for d in range(D):
-                vkq[d] = f32_to_f16_bits_hw(np.float32(f16_bits_to_f32_hw(vkq[d]) * ms))
-        else:
-            vs = np.float32(math.exp(np.float32(s - M)))
-        for d in range(D):
-            vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
+        new_max, M, ms, vs = _soft_max_step(_reduce_add16(_dot_lanes(k16, (c * Hkv + g) * D, qq, 0, D)), scale, M)
+        if new_max:
+            _vkq_f16_scale(vkq, ms)
+        _vkq_f16_mad(vkq, v16, c, g, vs)
         S = fma_f32(S, ms, vs)
     for d in range(D):
         vkq32[d] = f16_bits_to_f32_hw(vkq[d])
@@ -208,24 +224,14 @@ def _row_chunk_any(q, k16, kq8, kcode, v16, v32, vcode, kv_pos, qp, scale, t, h,
             s = score(kcode, k16[c, g], qq, qd, qs, qb16, c1, c2, acc8)
         else:
             s = score(kcode, kq8[c, g], qq, qd, qs, qb16, c1, c2, acc8)
-        s = np.float32(np.float32(s * scale) + np.float32(0.0))
-        ms = np.float32(1.0)
-        vs = np.float32(1.0)
-        if s > M:
-            m_old = M
-            M = s
-            ms = np.float32(math.exp(np.float32(m_old - M)))
-            if vcode == F16:
-                for d in range(D):
-                    vkq[d] = f32_to_f16_bits_hw(np.float32(f16_bits_to_f32_hw(vkq[d]) * ms))
-            else:
-                for d in range(D):
-                    acc[d] = np.float32(acc[d] * ms)
-        else:
-            vs = np.float32(math.exp(np.float32(s - M)))
-        if vcode == F16:
+        new_max, M, ms, vs = _soft_max_step(s, scale, M)
+        if new_max and vcode == F16:
+            _vkq_f16_scale(vkq, ms)
+        elif new_max:
             for d in range(D):
-                vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
+                acc[d] = np.float32(acc[d] * ms)
+        if vcode == F16:
+            _vkq_f16_mad(vkq, v16, c, g, vs)
         else:
             for d in range(D):
                 acc[d] = fma_f32(v32[c, g, d], vs, acc[d])

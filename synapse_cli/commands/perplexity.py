@@ -120,22 +120,19 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
                                  flash_attn, llama_batch_order, json_output)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
-    bar = _progress_bar(json_output)  # a progress bar with elapsed time and ETA on a terminal
+    bar = _Progress(json_output)
 
     def on_start(n_chunk):
         if json_output:
             return
         print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
               f"batch_size={min(batch_size, n_seq * ctx_size)}, n_seq={n_seq}", file=err, flush=True)
-        if bar is not None:
-            bar.start()
-            bar.add_task("chunks", total=n_chunk)
+        bar.start(n_chunk)
 
     pending = []  # this pass's values: llama.cpp prints a batch of n_seq chunks after decoding all of them
 
     def on_chunk(run):
-        if bar is not None:
-            bar.advance(bar.task_ids[0])
+        bar.advance()
         if json_output:
             return
         k = len(run.chunk_ppl)
@@ -165,8 +162,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks, on_chunk=on_chunk,
                          on_start=on_start, base_out=base_out)
     finally:
-        if bar is not None:
-            bar.stop()
+        bar.stop()
         if base_out is not None:
             base_out.close()
     ppl, ppl_err = run.final()
@@ -194,7 +190,7 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
                        flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch)
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
-    bar = _progress_bar(json_output)
+    bar = _Progress(json_output)
 
     def on_start(run):
         if json_output:
@@ -202,13 +198,10 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
         print(f"perplexity_v2: have {run.n_tokens} tokens. Calculation chunk = {run.n_ctx}", file=err)
         print(f"perplexity_v2: computing over {run.n_chunk} chunks, n_ctx={run.n_ctx}, batch_size={geo.n_batch}, "
               f"n_seq={max(1, geo.n_batch // run.n_ctx)}", file=err, flush=True)
-        if bar is not None:
-            bar.start()
-            bar.add_task("chunks", total=run.n_chunk)
+        bar.start(run.n_chunk)
 
     def on_chunk(run):
-        if bar is not None:
-            bar.advance(bar.task_ids[0])
+        bar.advance()
         if json_output:
             return
         k = len(run.chunk_ppl)
@@ -226,8 +219,7 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
         run = perplexity_v2(sess.ctx, sess.tokenizer, text, geo, stride, n_chunks, on_start=on_start,
                             on_chunk=on_chunk)
     finally:
-        if bar is not None:
-            bar.stop()
+        bar.stop()
     if json_output:
         print(json.dumps({"n_ctx": run.n_ctx, "stride": stride, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
                           "chunks": run.chunk_ppl, "ppl": run.ppl(), "nll": _div(run.nll, run.count),
@@ -237,15 +229,32 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
     out.flush()
 
 
-def _progress_bar(json_output):
-    """A Rich progress bar (elapsed, ETA) on stderr when it is a terminal."""
-    if json_output or not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+class _Progress:
+    """A Rich progress bar of the chunks (elapsed, ETA) on stderr when it is a terminal; otherwise nothing."""
 
-    return Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    def __init__(self, json_output: bool):
+        self.bar = None
+        if json_output or not sys.stderr.isatty():
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self.bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+    def start(self, n_chunk: int) -> None:
+        if self.bar is not None:
+            self.bar.start()
+            self.bar.add_task("chunks", total=n_chunk)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.bar.task_ids[0])
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
@@ -261,13 +270,16 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
     err, out = sys.stderr, sys.stdout
     t0 = time.perf_counter()
     rows = []
+    bar = _Progress(json_output)
 
     def on_start(run):
         if not json_output:
             print(f"kl_divergence: computing over {run.n_chunk} chunks, n_ctx={run.n_ctx}, batch_size={n_batch}, "
                   f"n_seq={n_seq}", file=err, flush=True)
+        bar.start(run.n_chunk)
 
     def on_chunk(run, i):
+        bar.advance()
         rows.append(kld_table_row(run, i + 1))
         if json_output or ((i + 1) % n_seq and i + 1 < run.n_chunk):
             return  # (a pass of n_seq chunks is printed at once, as llama.cpp's batch)
@@ -278,7 +290,10 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
         out.write("".join(r + "\n" for r in rows[first:]))
         out.flush()
 
-    run = kl_divergence(sess.ctx, sess.tokenizer, base, batch_size, on_start=on_start, on_chunk=on_chunk)
+    try:
+        run = kl_divergence(sess.ctx, sess.tokenizer, base, batch_size, on_start=on_start, on_chunk=on_chunk)
+    finally:
+        bar.stop()
     stats = kld_statistics(run)
     if json_output:
         print(json.dumps({"n_ctx": run.n_ctx, "n_chunk": run.n_chunk, "count": run.count, "table": rows,
