@@ -12,7 +12,7 @@ matmul converts the activations x (T, K) float32 to the weight type's vec_dot_ty
 integer dot products: T == 1 runs the gemv kernel, T > 1 the gemm kernel; both
 parallelise over weight rows (numba prange, thread count from kernels.config.set_num_threads) and produce
 bit-identical rows, independent of the thread count. Where llama.cpp's batched kernels sum in another order than
-its single-token ones, `order` (kernels.config.Order) says which a batch's rows follow.
+its single-token ones, `order` (kernels/order.py) says which a batch's rows follow.
 
 Single token (T == 1) with the AVX2 kernels of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: one numba call converts x
 and runs the gemv of up to 3 weights in one parallel region (kernels/quants/gemv1.py); matmul_many is how a
@@ -155,6 +155,7 @@ def _out2(w, x, T, out):
 _PF_K = kquants.GEMV_PF
 _PF_Q32 = q32.GEMV_PF
 _F32 = np.dtype(np.float32)
+_BATCHED = Order.BATCHED  # (one global lookup on the decode path)
 
 
 def _gemv_fused(ws, x2, outs):
@@ -200,14 +201,14 @@ def matmul(w: Weight, x: np.ndarray, out: np.ndarray, order: Order = Order.SINGL
     llama.cpp's single-token order (SINGLE: a batch's rows equal the single-token products bit for bit), in its
     batch order where that differs (LLAMA, T > 1; BlockFormat.gemm_llama), or in its batch order for every row
     (BATCHED)."""
-    if order == Order.BATCHED:
+    if order is _BATCHED:
         x2 = _check_x(w, x)
         T = x2.shape[0]
-        if batched_rows(T) == T:  # (a large batch: llama.cpp's order takes the batched kernels already)
-            return matmul(w, x, out, Order.LLAMA)
-        if T:
-            _every_row(lambda xp, ops: matmul(w, xp, ops[0], Order.LLAMA), x2, [_out2(w, x, T, out)])
-        return out
+        if batched_rows(T) != T:
+            if T:
+                _every_row(lambda xp, ops: matmul(w, xp, ops[0], Order.LLAMA), x2, [_out2(w, x, T, out)])
+            return out
+        order = Order.LLAMA  # a large batch: llama.cpp's own order takes the batched kernels already
     if (w.fused is not None and type(x) is np.ndarray and type(out) is np.ndarray and x.shape == w._x1
             and out.shape == w._o1 and x.dtype is _F32 and out.dtype is _F32 and x.flags.c_contiguous
             and out.flags.c_contiguous and out.flags.writeable):
@@ -251,11 +252,11 @@ def matmul_many(weights, x: np.ndarray, outs, order: Order = Order.SINGLE) -> li
     outs2 = [_out2(w, x, T, o) for w, o in zip(weights, outs)]
     if T == 0:
         return outs
-    if order == Order.BATCHED and batched_rows(T) == T:
+    if order is _BATCHED:
+        if batched_rows(T) != T:
+            _every_row(lambda xp, ops: matmul_many(weights, xp, ops, Order.LLAMA), x2, outs2)
+            return outs
         order = Order.LLAMA
-    if order == Order.BATCHED:
-        _every_row(lambda xp, ops: matmul_many(weights, xp, ops, Order.LLAMA), x2, outs2)
-        return outs
     rest = []
     if T == 1:
         groups: dict = {}
