@@ -69,6 +69,17 @@ def test_long_prefill_split_equals_token_by_token():
         assert all(np.array_equal(a, b) for a, b in zip(vs, ref_v)), f"V cache differs for ubatch {n_ubatch}"
 
 
+@pytest.mark.parametrize("cache", ["q8_0", "q4_0"])
+def test_batched_order_split_equals_token_by_token_with_quantized_cache(cache):
+    """Order.BATCHED with a quantized KV cache (flash attention's kernel for other cell types, which llama.cpp
+    runs for every batch size; batched products): prefill in any split equals token by token."""
+    model = _load("tiny-llama-Q4_K_M")
+    ref_logits, _, _ = _run(model, n_ubatch=512, cache=cache, step_tokens=1, batched=True)
+    for n_ubatch, step in ((512, None), (3, None), (4, 5)):
+        logits, _, _ = _run(model, n_ubatch, cache, step, batched=True)
+        assert np.array_equal(logits, ref_logits), f"ubatch {n_ubatch}/step {step}"
+
+
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("fa", [True, False], ids=["fa", "no-fa"])
 def test_batched_order_is_llamas_on_large_batches(name, fa):
