@@ -188,47 +188,43 @@ def round_f16_scalar(f):
 
 
 @jit
-def fp32_to_fp16(x, out):
-    """x: f32 (...), out: uint16 (...) with x.size elements."""
+def _to_half(x, out, bf16):
     xf = x.reshape(-1)
     of = out.reshape(-1)
     if xf.size != of.size:
-        raise ValueError("fp32_to_fp16: x and out sizes differ")
+        raise ValueError("f32 -> 16-bit conversion: x and out sizes differ")
     for i in range(xf.size):
-        of[i] = f32_to_f16_bits_hw(xf[i])
+        of[i] = f32_to_bf16_bits(xf[i]) if bf16 else f32_to_f16_bits_hw(xf[i])
 
 
 @jit
-def fp16_to_fp32(h, out):
-    """h: uint16 (...), out: f32 (...) with h.size elements."""
+def _from_half(h, out, bf16):
     hf = h.reshape(-1)
     of = out.reshape(-1)
     if hf.size != of.size:
-        raise ValueError("fp16_to_fp32: h and out sizes differ")
+        raise ValueError("16-bit -> f32 conversion: h and out sizes differ")
     for i in range(hf.size):
-        of[i] = f16_bits_to_f32_hw(hf[i])
+        of[i] = bf16_bits_to_f32(hf[i]) if bf16 else f16_bits_to_f32_hw(hf[i])
 
 
-@jit
-def fp32_to_bf16(x, out):
+def fp32_to_fp16(x: np.ndarray, out: np.ndarray) -> None:
     """x: f32 (...), out: uint16 (...) with x.size elements."""
-    xf = x.reshape(-1)
-    of = out.reshape(-1)
-    if xf.size != of.size:
-        raise ValueError("fp32_to_bf16: x and out sizes differ")
-    for i in range(xf.size):
-        of[i] = f32_to_bf16_bits(xf[i])
+    _to_half(x, out, False)
 
 
-@jit
-def bf16_to_fp32(h, out):
+def fp16_to_fp32(h: np.ndarray, out: np.ndarray) -> None:
     """h: uint16 (...), out: f32 (...) with h.size elements."""
-    hf = h.reshape(-1)
-    of = out.reshape(-1)
-    if hf.size != of.size:
-        raise ValueError("bf16_to_fp32: h and out sizes differ")
-    for i in range(hf.size):
-        of[i] = bf16_bits_to_f32(hf[i])
+    _from_half(h, out, False)
+
+
+def fp32_to_bf16(x: np.ndarray, out: np.ndarray) -> None:
+    """x: f32 (...), out: uint16 (...) with x.size elements."""
+    _to_half(x, out, True)
+
+
+def bf16_to_fp32(h: np.ndarray, out: np.ndarray) -> None:
+    """h: uint16 (...), out: f32 (...) with h.size elements."""
+    _from_half(h, out, True)
 
 
 def round_fp16(x: np.ndarray) -> np.ndarray:

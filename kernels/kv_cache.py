@@ -28,7 +28,7 @@ from numba import prange
 
 from kernels.fp16 import fma_f32, jit, pjit
 from kernels.quants._bits import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, read_u16
-from kernels.quants.vec_dot_type import q8_0_x86_row, q8_1_x86_row
+from kernels.quants.vec_dot_type import q8_0_row, q8_1_row
 from kernels.quants.floats import _dpbf16_step, _reduce_add16_arr
 
 # cache type name -> (code, bytes per 32 values); f16/f32 are the plain float caches
@@ -170,7 +170,7 @@ def quantize_row(code, x, dst, tmp_qs, tmp_d16, tmp_d):
             for j in range(32):
                 tmp_qs[0, j] = 0
             xs = x[o:o + 32].reshape(1, 32)
-            q8_0_x86_row(xs, 0, tmp_qs, tmp_d16, tmp_d)
+            q8_0_row(xs, 0, tmp_qs, tmp_d16, tmp_d)
             _put16(dst, q, tmp_d16[0, 0])
             for j in range(32):
                 dst[q + 2 + j] = np.uint8(np.int32(tmp_qs[0, j]) & 0xFF)
@@ -334,9 +334,9 @@ def prepare_query(code, q, qq, qd, qs, q16):
     d2 = qd.reshape(1, D // 32)
     if code == Q4_1 or code == Q5_1:
         s16 = np.empty((1, D // 32), np.uint16)
-        q8_1_x86_row(x, 0, qq2, d16, d2, s16, qs.reshape(1, D // 32))
+        q8_1_row(x, 0, qq2, d16, d2, s16, qs.reshape(1, D // 32))
     else:
-        q8_0_x86_row(x, 0, qq2, d16, d2)
+        q8_0_row(x, 0, qq2, d16, d2)
 
 
 @jit

@@ -32,19 +32,11 @@ def _dequantize_f32(w, ids, out):
 
 
 @jit
-def _dequantize_f16(w, ids, out):
+def _dequantize_16(w, ids, out, bf16):
     for i in range(ids.shape[0]):
         row = w[ids[i]]
         for k in range(out.shape[1]):
-            out[i, k] = f16_to_f32(row[k])
-
-
-@jit
-def _dequantize_bf16(w, ids, out):
-    for i in range(ids.shape[0]):
-        row = w[ids[i]]
-        for k in range(out.shape[1]):
-            out[i, k] = bf16_to_f32(row[k])
+            out[i, k] = bf16_to_f32(row[k]) if bf16 else f16_to_f32(row[k])
 
 
 @jit
@@ -181,11 +173,11 @@ def _dq_f32(raw, ids, out):
 
 
 def _dq_f16(raw, ids, out):
-    _dequantize_f16(raw.view(np.uint16), ids, out)
+    _dequantize_16(raw.view(np.uint16), ids, out, False)
 
 
 def _dq_bf16(raw, ids, out):
-    _dequantize_bf16(raw.view(np.uint16), ids, out)
+    _dequantize_16(raw.view(np.uint16), ids, out, True)
 
 
 def _pack_f32(raw, K):

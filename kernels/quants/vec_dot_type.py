@@ -12,7 +12,7 @@ build, which runs that code, not the generic one. It differs from quantize_row_q
           converted with saturating packs;   Q8_1 s = fp16(d * sum(q)) with d the float32 (unrounded) scale
     ref:  d = amax/127, id = d != 0 ? 1/d : 0,   q = roundf(x*id)        (ties AWAY from zero);
           Q8_1 s = fp16(sum(q) * d)
-Both are implemented (the `_ref` ones are selectable for comparison and tested); the matmul uses the x86 ones.
+Both are implemented (the x86 flag of quantize_q8_0/q8_1; tests compare both); the matmul uses the x86 ones.
 
 Q8_K (for the K-quants): quantize_row_q8_K_ref (x86 calls it too): signed max of largest magnitude,
 iscale = -127/max, q = min(127, nearest_int(iscale*x)), bsums of 16, d = 1/iscale.
@@ -57,103 +57,62 @@ def _roundf_i8(v):
 
 
 @jit
-def q8_0_x86_row(x, t, qs, d16, d):
-    """Row t of quantize_q8_0_x86 (serial; also called by the fused T = 1 gemv kernels)."""
-    K = x.shape[1]
-    for b in range(K // QK8):
-        o = b * QK8
-        amax = np.float32(0.0)
-        for j in range(QK8):
-            amax = max(amax, abs(x[t, o + j]))
-        h = f32_to_f16(np.float32(amax / np.float32(127.0)))
-        d16[t, b] = h
-        d[t, b] = f16_to_f32(h)
+def _q8_block(x, t, o, qs, d16, d, b, x86):
+    """Block b (values o..o+31 of row t) of quantize_row_q8_0: x86 its AVX2 version (id = 127/amax, round half
+    to even), else quantize_row_q8_0_ref (id = 1/d, ties away from zero). Returns the unrounded d."""
+    amax = np.float32(0.0)
+    for j in range(QK8):
+        amax = max(amax, abs(x[t, o + j]))
+    dd = np.float32(amax / np.float32(127.0))
+    h = f32_to_f16(dd)
+    d16[t, b] = h
+    d[t, b] = f16_to_f32(h)
+    if x86:
         iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
         for j in range(QK8):
             qs[t, o + j] = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
+    else:
+        iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+        for j in range(QK8):
+            qs[t, o + j] = _roundf_i8(np.float32(x[t, o + j] * iscale))
+    return dd
 
 
 @jit
-def q8_1_x86_row(x, t, qs, d16, d, s16, s):
-    """Row t of quantize_q8_1_x86 (serial; also called by the fused T = 1 gemv kernels)."""
-    K = x.shape[1]
-    for b in range(K // QK8):
+def q8_0_row(x, t, qs, d16, d, x86=True):
+    """Row t of quantize_q8_0 (serial; also called by the fused T = 1 gemv kernels and the KV cache)."""
+    for b in range(x.shape[1] // QK8):
+        _q8_block(x, t, b * QK8, qs, d16, d, b, x86)
+
+
+@jit
+def q8_1_row(x, t, qs, d16, d, s16, s, x86=True):
+    """Row t of quantize_q8_1: q8_0's blocks plus s = fp16(d * sum(q)) with the unrounded d (both flavours)."""
+    for b in range(x.shape[1] // QK8):
         o = b * QK8
-        amax = np.float32(0.0)
-        for j in range(QK8):
-            amax = max(amax, abs(x[t, o + j]))
-        dd = np.float32(amax / np.float32(127.0))
-        h = f32_to_f16(dd)
-        d16[t, b] = h
-        d[t, b] = f16_to_f32(h)
-        iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
+        dd = _q8_block(x, t, o, qs, d16, d, b, x86)
         isum = 0
         for j in range(QK8):
-            q = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
-            qs[t, o + j] = q
-            isum += np.int32(q)
+            isum += np.int32(qs[t, o + j])
         hs = f32_to_f16(np.float32(dd * np.float32(isum)))
         s16[t, b] = hs
         s[t, b] = f16_to_f32(hs)
 
 
 @pjit
-def quantize_q8_0_x86(x, qs, d16, d):
-    """x (T, K) f32 -> qs (T, K) int8, d16 (T, K/32) fp16 bits, d (T, K/32) = fp32 value of d16."""
+def quantize_q8_0(x, qs, d16, d, x86):
+    """x (T, K) f32 -> qs (T, K) int8, d16 (T, K/32) fp16 bits, d (T, K/32) = fp32 value of d16. x86: the AVX2
+    quantize_row_q8_0 that matmul uses; else the generic-C _ref, which differs on ties and where 127/amax and
+    1/(amax/127) round apart (module docstring)."""
     for t in prange(x.shape[0]):
-        q8_0_x86_row(x, t, qs, d16, d)
+        q8_0_row(x, t, qs, d16, d, x86)
 
 
 @pjit
-def quantize_q8_1_x86(x, qs, d16, d, s16, s):
-    """As quantize_q8_0_x86 plus s16/s (T, K/32): fp16(d * sum(q)) with d the unrounded float32 scale."""
+def quantize_q8_1(x, qs, d16, d, s16, s, x86):
+    """As quantize_q8_0 plus s16/s (T, K/32): fp16(d * sum(q)) with d the unrounded float32 scale."""
     for t in prange(x.shape[0]):
-        q8_1_x86_row(x, t, qs, d16, d, s16, s)
-
-
-@pjit
-def quantize_q8_0_ref(x, qs, d16, d):
-    """quantize_row_q8_0_ref (generic C): ties away from zero and id = 1/d, so it differs from quantize_q8_0_x86
-    on ties and where 127/amax and 1/(amax/127) round apart (module docstring)."""
-    T, K = x.shape
-    for t in prange(T):
-        for b in range(K // QK8):
-            o = b * QK8
-            amax = np.float32(0.0)
-            for j in range(QK8):
-                amax = max(amax, abs(x[t, o + j]))
-            dd = np.float32(amax / np.float32(127.0))
-            iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
-            h = f32_to_f16(dd)
-            d16[t, b] = h
-            d[t, b] = f16_to_f32(h)
-            for j in range(QK8):
-                qs[t, o + j] = _roundf_i8(np.float32(x[t, o + j] * iscale))
-
-
-@pjit
-def quantize_q8_1_ref(x, qs, d16, d, s16, s):
-    """quantize_row_q8_1_ref (generic C)."""
-    T, K = x.shape
-    for t in prange(T):
-        for b in range(K // QK8):
-            o = b * QK8
-            amax = np.float32(0.0)
-            for j in range(QK8):
-                amax = max(amax, abs(x[t, o + j]))
-            dd = np.float32(amax / np.float32(127.0))
-            iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
-            h = f32_to_f16(dd)
-            d16[t, b] = h
-            d[t, b] = f16_to_f32(h)
-            isum = 0
-            for j in range(QK8):
-                q = _roundf_i8(np.float32(x[t, o + j] * iscale))
-                qs[t, o + j] = q
-                isum += np.int32(q)
-            hs = f32_to_f16(np.float32(np.float32(isum) * dd))
-            s16[t, b] = hs
-            s[t, b] = f16_to_f32(hs)
+        q8_1_row(x, t, qs, d16, d, s16, s, x86)
 
 
 @jit
@@ -196,25 +155,15 @@ def quantize_q8_K(x, qs, d, bsums):
 
 
 @pjit
-def round_to_f16(x, h, xr):
-    """ggml_cpu_fp32_to_fp16: h (T, K) fp16 bits; xr (T, K) f32 value of h."""
+def round_to_half(x, h, xr, bf16):
+    """ggml_cpu_fp32_to_fp16, or with bf16 ggml_cpu_fp32_to_bf16 (scalar GGML_FP32_TO_BF16): h (T, K) the 16-bit
+    patterns; xr (T, K) f32 their values."""
     T, K = x.shape
     for t in prange(T):
         for k in range(K):
-            b = f32_to_f16(x[t, k])
+            b = f32_to_bf16(x[t, k]) if bf16 else f32_to_f16(x[t, k])
             h[t, k] = b
-            xr[t, k] = f16_to_f32(b)
-
-
-@pjit
-def round_to_bf16(x, h, xr):
-    """ggml_cpu_fp32_to_bf16 (scalar GGML_FP32_TO_BF16): h (T, K) bf16 bits; xr (T, K) f32 value of h."""
-    T, K = x.shape
-    for t in prange(T):
-        for k in range(K):
-            b = f32_to_bf16(x[t, k])
-            h[t, k] = b
-            xr[t, k] = bf16_to_f32(b)
+            xr[t, k] = bf16_to_f32(b) if bf16 else f16_to_f32(b)
 
 
 class Activations:
@@ -245,24 +194,20 @@ def quantize_activations(vec_dot_type: GGMLType, x: np.ndarray, flavour: str = "
         a.d16 = empty_aligned((T, nb), np.uint16)
         a.d = empty_aligned((T, nb), np.float32)
         if vec_dot_type == GGMLType.Q8_0:
-            (quantize_q8_0_x86 if flavour == "x86" else quantize_q8_0_ref)(x, a.qs, a.d16, a.d)
+            quantize_q8_0(x, a.qs, a.d16, a.d, flavour == "x86")
         else:
             a.s16 = empty_aligned((T, nb), np.uint16)
             a.s = empty_aligned((T, nb), np.float32)
-            (quantize_q8_1_x86 if flavour == "x86" else quantize_q8_1_ref)(x, a.qs, a.d16, a.d, a.s16, a.s)
+            quantize_q8_1(x, a.qs, a.d16, a.d, a.s16, a.s, flavour == "x86")
     elif vec_dot_type == GGMLType.Q8_K:
         a.qs = empty_aligned((T, K), np.int8)
         a.d = empty_aligned((T, K // QK_K), np.float32)
         a.bsums = empty_aligned((T, K // 16), np.int16)
         quantize_q8_K(x, a.qs, a.d, a.bsums)
-    elif vec_dot_type == GGMLType.F16:
+    elif vec_dot_type in (GGMLType.F16, GGMLType.BF16):
         a.h = empty_aligned((T, K), np.uint16)
         a.x = empty_aligned((T, K), np.float32)
-        round_to_f16(x, a.h, a.x)
-    elif vec_dot_type == GGMLType.BF16:
-        a.h = empty_aligned((T, K), np.uint16)
-        a.x = empty_aligned((T, K), np.float32)
-        round_to_bf16(x, a.h, a.x)
+        round_to_half(x, a.h, a.x, vec_dot_type == GGMLType.BF16)
     elif vec_dot_type == GGMLType.F32:
         a.x = x
     else:
