@@ -39,6 +39,21 @@ GEMV_PF = 8192
 #     r  = (float)s1 * x.d;  r = fma(-x.dmin, (float)s2, r);  acc = fma(r, y.d, acc)
 TILED_MIN_BATCH = 8
 
+
+@jit
+def tiles(N, T, RT, TT):
+    """How many tiles of RT rows x TT tokens cover an N x T product, and how many token tiles per row tile."""
+    n_tt = (T + TT - 1) // TT
+    return ((N + RT - 1) // RT) * n_tt, n_tt
+
+
+@jit
+def tile_span(tile, n_tt, N, T, RT, TT):
+    """Rows r0..r1-1 and tokens t0..t1-1 of tile number `tile` (token tiles vary fastest)."""
+    r0 = (tile // n_tt) * RT
+    t0 = (tile % n_tt) * TT
+    return r0, min(N, r0 + RT), t0, min(T, t0 + TT)
+
 # PERM[p] = natural element (within a 32-group) stored at permuted position p
 PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
 

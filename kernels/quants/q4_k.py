@@ -45,7 +45,7 @@ from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import scale_min_k4
-from .kquants import hsum_float_8
+from .kquants import hsum_float_8, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
 from ._simd512 import HAS_AVX512, HAS_VNNI512
@@ -167,13 +167,9 @@ def _gemm(w, qp, yd, bs32, SB, out):
     T, K = qp.shape
     nb = K // QK_K
     rb = w.shape[1]
-    n_rt = (N + ROW_TILE - 1) // ROW_TILE
-    n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for tile in prange(n_rt * n_tt):
-        r0 = (tile // n_tt) * ROW_TILE
-        r1 = min(N, r0 + ROW_TILE)
-        t0 = (tile % n_tt) * TOK_TILE
-        t1 = min(T, t0 + TOK_TILE)
+    n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
+    for tile in prange(n_tiles):
+        r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
         acc = np.zeros((ROW_TILE, TOK_TILE), np.float32)
         accm = np.zeros((ROW_TILE, TOK_TILE), np.float32)
         # token-major copies for the vectorised min term (padding tokens: zeros)

@@ -113,8 +113,7 @@ def _gemm_z(w, qp, ydT, bsP, SB, out):
     Tp = ydT.shape[1]
     n_rt = (N + Z_ROW_TILE - 1) // Z_ROW_TILE
     for rt in prange(n_rt):
-        r0 = rt * Z_ROW_TILE
-        r1 = min(N, r0 + Z_ROW_TILE)
+        r0, r1 = rt * Z_ROW_TILE, min(N, (rt + 1) * Z_ROW_TILE)
         # row Z_ROW_TILE: scratch for the partner of an odd last row
         acc = np.empty((Z_ROW_TILE + 1, Z_TOK_TILE), np.float32)
         accm = np.empty((Z_ROW_TILE, Z_TOK_TILE), np.float32)
@@ -265,8 +264,7 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
     rb = w.shape[1]
     n_rt = (N + V_ROW_TILE - 1) // V_ROW_TILE
     for rt in prange(n_rt):
-        r0 = rt * V_ROW_TILE
-        r1 = min(N, r0 + V_ROW_TILE)
+        r0, r1 = rt * V_ROW_TILE, min(N, (rt + 1) * V_ROW_TILE)
         wq = np.empty(4 * QK_K, np.uint8)           # (4 rows, 256) unpacked quants of one block
         sc = np.empty(32, np.int32)                 # (4 rows, 8) sub-block scales
         mp = np.empty((4, 4), np.int32)             # (4 rows, 4) min pairs (2j, 2j+1) as int16 pairs

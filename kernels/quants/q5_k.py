@@ -25,7 +25,7 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
-from .kquants import hsum_float_8
+from .kquants import hsum_float_8, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32, maddubs,
                     mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32,
@@ -152,13 +152,11 @@ def _gemm(w, qs, yd, bs32, out):
     """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
     N = w.shape[0]
     T = qs.shape[0]
-    n_rt = (N + ROW_TILE - 1) // ROW_TILE
-    n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for tile in prange(n_rt * n_tt):
-        r0 = (tile // n_tt) * ROW_TILE
-        t0 = (tile % n_tt) * TOK_TILE
-        for n in range(r0, min(N, r0 + ROW_TILE)):
-            for t in range(t0, min(T, t0 + TOK_TILE)):
+    n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
+    for tile in prange(n_tiles):
+        r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
+        for n in range(r0, r1):
+            for t in range(t0, t1):
                 out[t, n] = row_dot_x86(w, n, qs, yd, bs32, t)
 
 

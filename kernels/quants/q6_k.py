@@ -27,7 +27,7 @@ from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q6
-from .kquants import hsum_float_8
+from .kquants import hsum_float_8, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
@@ -142,15 +142,10 @@ def _gemm(w, qs, bsums, yd, out, TILED=False):
     whose 8 float accumulators per (row, token) live in `acc`; per (row, token) the float sequence of
     row_dot_x86. TILED: llama.cpp's tiled order (kquants.TILED_MIN_BATCH) instead, one accumulator (lane 0)
     per (row, token): acc = fma((float)s1 * x.d, y.d, acc) with s1 the lanes' integer total."""
-    N = w.shape[0]
-    T = qs.shape[0]
-    nb = yd.shape[1]
-    n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for tile in prange(((N + ROW_TILE - 1) // ROW_TILE) * n_tt):
-        r0 = (tile // n_tt) * ROW_TILE
-        r1 = min(N, r0 + ROW_TILE)
-        t0 = (tile % n_tt) * TOK_TILE
-        t1 = min(T, t0 + TOK_TILE)
+    N, T, nb = w.shape[0], qs.shape[0], yd.shape[1]
+    n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
+    for tile in prange(n_tiles):
+        r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
         acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
         m0f = splat8(15)
         m03 = splat8(3)
@@ -196,15 +191,10 @@ def _gemm_z(w, yB, bB, yd, out):
     """AVX512: as _gemm with two rows per instruction (rows n, n+1 in the low and high halves of a zmm), tiles
     of ROW_TILE x Z_TOK_TILE, activations block-major (_prep_z); a full tile's 16 hsum_float_8 per token are
     one transposition (hsum8x2_rows) and one store."""
-    N = w.shape[0]
-    T = out.shape[0]
-    nb = yd.shape[1]
-    n_tt = (T + Z_TOK_TILE - 1) // Z_TOK_TILE
-    for tile in prange(((N + ROW_TILE - 1) // ROW_TILE) * n_tt):
-        r0 = (tile // n_tt) * ROW_TILE
-        r1 = min(N, r0 + ROW_TILE)
-        t0 = (tile % n_tt) * Z_TOK_TILE
-        t1 = min(T, t0 + Z_TOK_TILE)
+    N, T, nb = w.shape[0], out.shape[0], yd.shape[1]
+    n_tiles, n_tt = tiles(N, T, ROW_TILE, Z_TOK_TILE)
+    for tile in prange(n_tiles):
+        r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, Z_TOK_TILE)
         acc = np.zeros((ROW_TILE // 2, Z_TOK_TILE, 16), np.float32)  # (row pair, token, rows n | n+1 x 8 lanes)
         m0f = splat8(15)
         m03 = splat8(3)
