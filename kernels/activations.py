@@ -282,7 +282,6 @@ def _soft_max_ext(x, mask, scale, out, vec):
             _soft_max_one(x, mask, s, out, hr // R, hr % R, wp, vec)
 
 
-@jit
 def soft_max_ext(x, mask, scale, out):
     """ggml_soft_max_ext(x, mask, scale, max_bias=0) on an AVX512 build.
 
@@ -292,7 +291,6 @@ def soft_max_ext(x, mask, scale, out):
     _soft_max_ext(x, mask, scale, out, True)
 
 
-@jit
 def soft_max_ext_libm(x, mask, scale, out):
     """soft_max_ext through the generic C path (libm expf for every element); for comparison only."""
     _soft_max_ext(x, mask, scale, out, False)

@@ -75,13 +75,18 @@ def cache_is_f16(cache):  # pragma: no cover - replaced by the overload inside j
     raise NotImplementedError
 
 
+def _by_cache_type(cache, f16_impl, f32_impl):
+    """The overload's implementation for an F16 (uint16) or F32 cache array."""
+    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
+        return f16_impl
+    if isinstance(cache, types.Array) and cache.dtype == types.float32:
+        return f32_impl
+    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+
+
 @overload(cache_is_f16)
 def _ov_cache_is_f16(cache):
-    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
-        return lambda cache: True
-    if isinstance(cache, types.Array) and cache.dtype == types.float32:
-        return lambda cache: False
-    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+    return _by_cache_type(cache, lambda cache: True, lambda cache: False)
 
 
 def cache_load(v):  # pragma: no cover
@@ -103,11 +108,7 @@ def cache_value(cache, x):  # pragma: no cover
 
 @overload(cache_value)
 def _ov_cache_value(cache, x):
-    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
-        return lambda cache, x: f32_to_f16_bits_hw(np.float32(x))
-    if isinstance(cache, types.Array) and cache.dtype == types.float32:
-        return lambda cache, x: np.float32(x)
-    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+    return _by_cache_type(cache, lambda cache, x: f32_to_f16_bits_hw(np.float32(x)), lambda cache, x: np.float32(x))
 
 
 def round_operand(cache, x):  # pragma: no cover
@@ -117,11 +118,7 @@ def round_operand(cache, x):  # pragma: no cover
 @overload(round_operand)
 def _ov_round_operand(cache, x):
     # the F32 operand of a matmul against the cache, as ggml converts it (vec_dot_type)
-    if isinstance(cache, types.Array) and cache.dtype == types.uint16:
-        return lambda cache, x: round_f16_scalar(np.float32(x))
-    if isinstance(cache, types.Array) and cache.dtype == types.float32:
-        return lambda cache, x: np.float32(x)
-    raise TypeError("KV cache must be a uint16 (F16) or float32 array")
+    return _by_cache_type(cache, lambda cache, x: round_f16_scalar(np.float32(x)), lambda cache, x: np.float32(x))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -445,6 +442,22 @@ def _load_windows(k_cache, v_cache, g, n, kt, vw):
 
 
 @jit
+def _lane_fmas(kt, qv, c0, cb, W, end, acc):
+    """acc[l, j] (l < W, j < cb) = the fma chain from 0 over k[s + l] * q[s + l], s = 0, W, .. below end, of
+    cell c0 + j of the window kt (D, n): W lanes of one dot product per cell."""
+    for l in range(W):
+        for j in range(cb):
+            acc[l, j] = np.float32(0.0)
+    for s in range(0, end, W):
+        for l in range(W):
+            qq = qv[s + l]
+            krow = kt[s + l, c0:c0 + cb]
+            arow = acc[l]
+            for j in range(cb):
+                arow[j] = fma_f32(krow[j], qq, arow[j])
+
+
+@jit
 def _kq_row_window(kt, qv, n, gemm, f16, out_row, acc):
     """out_row[c] = K[c] . qv for c < n from the window kt (D, n), in tinyBLAS (gemm) or vec_dot order:
     lane l of a block of cells is one contiguous loop."""
@@ -452,31 +465,13 @@ def _kq_row_window(kt, qv, n, gemm, f16, out_row, acc):
     for c0 in range(0, n, CELL_BLOCK):
         cb = min(CELL_BLOCK, n - c0)
         if gemm:  # tinyBLAS: lane l of cell c accumulates fma over k[16m + l] * q[16m + l]
-            for l in range(16):
-                for j in range(cb):
-                    acc[l, j] = np.float32(0.0)
-            for m in range(0, D, 16):
-                for l in range(16):
-                    qq = qv[m + l]
-                    krow = kt[m + l, c0:c0 + cb]
-                    arow = acc[l]
-                    for j in range(cb):
-                        arow[j] = fma_f32(krow[j], qq, arow[j])
+            _lane_fmas(kt, qv, c0, cb, 16, D, acc)
             _hsum16_rows(acc, cb)
             for j in range(cb):
                 out_row[c0 + j] = acc[0, j]
         else:  # ggml_vec_dot: 64 lanes (4 accumulators) over steps of 64
             npart = D & ~63
-            for l in range(64):
-                for j in range(cb):
-                    acc[l, j] = np.float32(0.0)
-            for s in range(0, npart, 64):
-                for l in range(64):
-                    qq = qv[s + l]
-                    krow = kt[s + l, c0:c0 + cb]
-                    arow = acc[l]
-                    for j in range(cb):
-                        arow[j] = fma_f32(krow[j], qq, arow[j])
+            _lane_fmas(kt, qv, c0, cb, 64, npart, acc)
             _reduce_vec_rows(acc, cb)
             for j in range(cb):
                 r = acc[0, j]
@@ -486,34 +481,33 @@ def _kq_row_window(kt, qv, n, gemm, f16, out_row, acc):
 
 
 @jit
+def _cell_lane_fmas(vw, pa, W, end, D, accv):
+    """accv[l, d] (l < W, d < D) = the fma chain from 0 over V[c, d] * p[c] for the cells c < end with
+    c mod W == l, from the window vw (n, D): W lanes of each head dim's sum over the cells."""
+    for l in range(W):
+        for d in range(D):
+            accv[l, d] = np.float32(0.0)
+    for c in range(end):
+        p = pa[c]
+        vr = vw[c]
+        ar = accv[c & (W - 1)]
+        for d in range(D):
+            ar[d] = fma_f32(vr[d], p, ar[d])
+
+
+@jit
 def _kqv_row_window(vw, pa, n, gemm, f16, res, accv):
     """res[d] = sum_c pa[c] * V[c, d] for every d from the window vw (n, D), tinyBLAS (gemm) or vec_dot
     order over the cells, all head dims in one contiguous loop."""
     D = res.shape[0]
     if gemm:  # lane (c mod 16) of each output dim
-        for l in range(16):
-            for d in range(D):
-                accv[l, d] = np.float32(0.0)
-        for c in range(n):
-            p = pa[c]
-            vr = vw[c]
-            ar = accv[c & 15]
-            for d in range(D):
-                ar[d] = fma_f32(vr[d], p, ar[d])
+        _cell_lane_fmas(vw, pa, 16, n, D, accv)
         _hsum16_rows(accv, D)
         for d in range(D):
             res[d] = accv[0, d]
     else:  # lane (c mod 64) = accumulator (c mod 64) // 16, lane c mod 16
         npart = n & ~63
-        for l in range(64):
-            for d in range(D):
-                accv[l, d] = np.float32(0.0)
-        for c in range(npart):
-            p = pa[c]
-            vr = vw[c]
-            ar = accv[c & 63]
-            for d in range(D):
-                ar[d] = fma_f32(vr[d], p, ar[d])
+        _cell_lane_fmas(vw, pa, 64, npart, D, accv)
         _reduce_vec_rows(accv, D)
         for d in range(D):
             x = accv[0, d]
@@ -685,7 +679,6 @@ def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, 
                             want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm)
 
 
-@jit
 def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=None, kq_soft_max_out=None,
               batch_paths=True):
     """Causal self-attention of T query tokens over the first n_kv cache cells (llama.cpp, no flash attn).
@@ -699,7 +692,8 @@ def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=No
     batch_paths: True follows llama.cpp exactly (batches of >= 2 tokens sum in tinyBLAS order, single
     tokens in ggml_vec_dot order, so a token's result depends on its batch); False uses the single-token
     order for every batch, which makes prefill in any split bit-identical to token-by-token decoding."""
-    # one compiled core per cache type: an absent trace is passed as an empty array
+    # one compiled kernel per cache type: an absent trace is passed as an empty array (and this wrapper is not
+    # jitted: a jitted one re-optimises the whole kernel per signature, ~8 s of LLVM each)
     empty = np.empty((0, 0, 0), np.float32)
     kq = empty if kq_out is None else kq_out
     sm = empty if kq_soft_max_out is None else kq_soft_max_out

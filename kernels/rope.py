@@ -175,7 +175,6 @@ def rope_ext(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_
         _rope_tokens(x, None, pos, out, None, 0, T, n_dims, neox, prm, freq_factors, contract)
 
 
-@jit
 def rope(x, pos, out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors):
     """ggml_rope_ext for NORMAL (neox=False) and NEOX (neox=True) modes, forward.
 
