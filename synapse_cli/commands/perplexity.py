@@ -119,12 +119,9 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
                                  flash_attn, llama_batch_order, json_output)
     err, out = sys.stderr, sys.stdout
-    t0 = time.perf_counter()
     bar = _Progress(json_output)
 
     def on_start(n_chunk):
-        if json_output:
-            return
         print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={ctx_size}, "
               f"batch_size={min(batch_size, n_seq * ctx_size)}, n_seq={n_seq}", file=err, flush=True)
         bar.start(n_chunk)
@@ -133,8 +130,6 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
 
     def on_chunk(run):
         bar.advance()
-        if json_output:
-            return
         k = len(run.chunk_ppl)
         if output_type == 0:
             pending.append(f"[{k}]{run.running()},")
@@ -143,7 +138,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         if k % n_seq and k < run.n_chunk:
             return
         if k <= n_seq:
-            _eta("perplexity", time.perf_counter() - t0, run.n_chunk, n_seq)
+            _eta("perplexity", bar.seconds(), run.n_chunk, n_seq)
         out.write("".join(pending))
         out.flush()
         pending.clear()
@@ -159,8 +154,8 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         if not json_output:
             print(f"perplexity: saving all logits to {kld_base}", file=err)
     try:
-        run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks, on_chunk=on_chunk,
-                         on_start=on_start, base_out=base_out)
+        run = perplexity(sess.ctx, sess.tokenizer, text, ctx_size, n_batch, n_chunks, base_out=base_out,
+                         **_progress_callbacks(json_output, on_start, on_chunk))
     finally:
         bar.stop()
         if base_out is not None:
@@ -169,7 +164,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     if json_output:
         print(json.dumps({"n_ctx": ctx_size, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
                           "chunks": run.chunk_ppl, "ppl": ppl, "ppl_err": ppl_err, "nll": _div(run.nll, run.count),
-                          "count": run.count, "seconds": time.perf_counter() - t0}))
+                          "count": run.count, "seconds": bar.seconds()}))
         return
     out.write("\n")
     if ppl_err is None:
@@ -189,12 +184,9 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
     sess, _, _ = _open(model_path, geo.n_ctx_seq, geo.n_batch, ubatch_size, threads, cache_type_k, cache_type_v,
                        flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch)
     err, out = sys.stderr, sys.stdout
-    t0 = time.perf_counter()
     bar = _Progress(json_output)
 
     def on_start(run):
-        if json_output:
-            return
         print(f"perplexity_v2: have {run.n_tokens} tokens. Calculation chunk = {run.n_ctx}", file=err)
         print(f"perplexity_v2: computing over {run.n_chunk} chunks, n_ctx={run.n_ctx}, batch_size={geo.n_batch}, "
               f"n_seq={max(1, geo.n_batch // run.n_ctx)}", file=err, flush=True)
@@ -202,11 +194,9 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
 
     def on_chunk(run):
         bar.advance()
-        if json_output:
-            return
         k = len(run.chunk_ppl)
         if k == 1:
-            _eta("perplexity_v2", time.perf_counter() - t0, run.n_chunk, 1)
+            _eta("perplexity_v2", bar.seconds(), run.n_chunk, 1)
         if output_type == 0:
             out.write(f"[{k}]{_f(run.chunk_ppl[-1], '.4f')},")
         else:
@@ -216,23 +206,29 @@ def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cach
     if not json_output:
         print("perplexity_v2: tokenizing the input ..", file=err)
     try:
-        run = perplexity_v2(sess.ctx, sess.tokenizer, text, geo, stride, n_chunks, on_start=on_start,
-                            on_chunk=on_chunk)
+        run = perplexity_v2(sess.ctx, sess.tokenizer, text, geo, stride, n_chunks,
+                            **_progress_callbacks(json_output, on_start, on_chunk))
     finally:
         bar.stop()
     if json_output:
         print(json.dumps({"n_ctx": run.n_ctx, "stride": stride, "n_chunk": run.n_chunk, "n_tokens": run.n_tokens,
                           "chunks": run.chunk_ppl, "ppl": run.ppl(), "nll": _div(run.nll, run.count),
-                          "count": run.count, "seconds": time.perf_counter() - t0}))
+                          "count": run.count, "seconds": bar.seconds()}))
         return
     out.write("\n\n")
     out.flush()
 
 
+def _progress_callbacks(json_output, on_start, on_chunk) -> dict:
+    """The callbacks that print progress lines and move the bar: none with --json (which prints neither)."""
+    return {} if json_output else {"on_start": on_start, "on_chunk": on_chunk}
+
+
 class _Progress:
-    """A Rich progress bar of the chunks (elapsed, ETA) on stderr when it is a terminal; otherwise nothing."""
+    """A Rich progress bar of the chunks (elapsed, ETA) on stderr when it is a terminal; and the run's clock."""
 
     def __init__(self, json_output: bool):
+        self.t0 = time.perf_counter()
         self.bar = None
         if json_output or not sys.stderr.isatty():
             return
@@ -242,6 +238,9 @@ class _Progress:
 
         self.bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
 
     def start(self, n_chunk: int) -> None:
         if self.bar is not None:
@@ -268,7 +267,6 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
                                  flash_attn, llama_batch_order, json_output, n_cells=n_cells)
     err, out = sys.stderr, sys.stdout
-    t0 = time.perf_counter()
     rows = []
     bar = _Progress(json_output)
 
@@ -285,7 +283,7 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
             return  # (a pass of n_seq chunks is printed at once, as llama.cpp's batch)
         first = (i // n_seq) * n_seq  # the pass's first chunk
         if first == 0:
-            _eta("kl_divergence", time.perf_counter() - t0, run.n_chunk, n_seq)
+            _eta("kl_divergence", bar.seconds(), run.n_chunk, n_seq)
             out.write(f"\n{KLD_TABLE_HEADER}\n")
         out.write("".join(r + "\n" for r in rows[first:]))
         out.flush()

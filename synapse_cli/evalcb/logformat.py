@@ -260,6 +260,45 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
         if len(items) != len(exp[d]) or saw != (ne[d] > 2 * N_SHOW):
             fail(j, f"{what}, expected {len(exp[d])} for ne{d}={ne[d]}")
 
+    def row(j: int, s: str) -> list:
+        """One printed row of i0 values, `[ v, v, ..., v ],`."""
+        if not (s.startswith("[") and s.endswith("],")):
+            fail(j, "expected a row '[ ... ],'")
+        values = []
+        saw = False
+        for t in (t.strip() for t in s[1:-2].split(",")):
+            if t == "...":
+                saw = ellipsis(j, values, saw, "i0")
+            elif t:
+                try:
+                    values.append(_parse_float(t))
+                except ValueError:
+                    fail(j, f"bad number '{t}'")
+        count(j, values, 0, saw, f"row has {len(values)} values")
+        return values
+
+    def axis(j: int, d: int) -> tuple[list, int]:
+        """The items along axis d (2: i2 blocks of rows, 1: rows) after an opening '[' at line j - 1, up to its
+        closing bracket; returns them and the line after it."""
+        items = []
+        saw = False
+        while True:
+            s = line(j).strip()
+            if s in (("]",) if d == 2 else ("],", "]")):
+                count(j, items, d, saw, f"{len(items)} " + ("i2 blocks" if d == 2 else "rows"))
+                return items, j + 1
+            if s in ("...,", "..."):
+                saw = ellipsis(j, items, saw, f"i{d}")
+            elif d == 1:
+                items.append(row(j, s))
+            elif s != "[":
+                fail(j, "expected '[' of an i2 block")
+            else:
+                sub, j = axis(j + 1, 1)
+                items.append(sub)
+                continue
+            j += 1
+
     if i < n_lines and _SUM_RE.match(lines[i]):  # `--no-values` output: header + sum only
         try:
             rec.sum = _parse_float(_SUM_RE.match(lines[i]).group("v"))
@@ -275,52 +314,7 @@ def _parse_values(lines: list[str], i: int, rec: TensorRecord, where: str) -> in
         for _ in range(ne[3]):
             if line(i).strip() != "[":
                 fail(i, "expected '[' of an i3 block")
-            i += 1
-            block = []
-            saw2 = False
-            while True:
-                s = line(i).strip()
-                if s == "]":
-                    i += 1
-                    break
-                if s in ("...,", "..."):
-                    saw2 = ellipsis(i, block, saw2, "i2")
-                    i += 1
-                    continue
-                if s != "[":
-                    fail(i, "expected '[' of an i2 block")
-                i += 1
-                rows = []
-                saw1 = False
-                while True:
-                    s = line(i).strip()
-                    if s in ("],", "]"):
-                        i += 1
-                        break
-                    if s in ("...,", "..."):
-                        saw1 = ellipsis(i, rows, saw1, "i1")
-                        i += 1
-                        continue
-                    if not (s.startswith("[") and s.endswith("],")):
-                        fail(i, "expected a row '[ ... ],'")
-                    toks = [t.strip() for t in s[1:-2].split(",")]
-                    toks = [t for t in toks if t]
-                    row = []
-                    saw0 = False
-                    for t in toks:
-                        if t == "...":
-                            saw0 = ellipsis(i, row, saw0, "i0")
-                            continue
-                        try:
-                            row.append(_parse_float(t))
-                        except ValueError:
-                            fail(i, f"bad number '{t}'")
-                    count(i, row, 0, saw0, f"row has {len(row)} values")
-                    rows.append(row)
-                    i += 1
-                count(i - 1, rows, 1, saw1, f"{len(rows)} rows")
-                block.append(rows)
-            count(i - 1, block, 2, saw2, f"{len(block)} i2 blocks")
+            block, i = axis(i + 1, 2)
             m = _SUM_RE.match(line(i))
             if m is None:
                 fail(i, "expected 'sum = '")
