@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..config import jit, pjit
+from ..config import ijit, jit, pjit
 from ..ggml_type import QK_K
 from . import q32, q4_k, q6_k
 from .vec_dot_type import q8_0_row, q8_1_row, q8_K_row
@@ -69,19 +69,19 @@ def _q8_row_arrays(K):
     return np.empty((1, K), np.int8), np.empty((1, K // QK), np.uint16), np.empty((1, K // QK), np.float32)
 
 
-@pjit
-def _gemv_spans(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, nt, pf):
-    """The n_w first weights' row groups, each cut into nt contiguous spans, span c of every weight on thread c."""
+@ijit
+def _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, pf):
+    """Chunk c of nt of the n_w first weights: its contiguous span of each one's row groups (inlined into the
+    callers' prange: a jitted level between them costs ~10 s of cold compile, benchmarks/kernels.py)."""
     G0 = w0.shape[0]
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
-    for c in prange(nt):
-        _q32_span(w0, c * G0 // nt, (c + 1) * G0 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o0, pf)
-        _q32_span(w1, c * G1 // nt, (c + 1) * G1 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o1, pf)
-        _q32_span(w2, c * G2 // nt, (c + 1) * G2 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o2, pf)
+    _q32_span(w0, c * G0 // nt, (c + 1) * G0 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o0, pf)
+    _q32_span(w1, c * G1 // nt, (c + 1) * G1 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o1, pf)
+    _q32_span(w2, c * G2 // nt, (c + 1) * G2 // nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, o2, pf)
 
 
-@jit
+@pjit
 def gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first repacked weights w_i (ceil(N_i/8), nb*GB) of one
     Q8_1-activation format, its layout constants first (see gemv_q4_1, gemv_q5_1). nt = chunks = threads
@@ -91,10 +91,11 @@ def gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1,
     ys = np.empty_like(yd)
     asum = np.zeros(yd.shape, np.int32)  # unused by Q4_1 / Q5_1 (SUB = 0)
     q8_1_row(x, 0, qa, d16, yd, s16, ys)
-    _gemv_spans(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, nt, pf)
+    for c in prange(nt):
+        _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, pf)
 
 
-@jit
+@pjit
 def gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """As gemv_many_q8_1 for Q8_0 activations (gemv_q4_0, gemv_q5_0, gemv_q8_0). SUMS4: the activation sums per
     4 weights scaled by -SUB (x86-order Q5_0, Q8_0), or 0 for the per-block sums (generic-order Q4_0)."""
@@ -105,7 +106,8 @@ def gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, 
     _block_sums_row(qa, asum, 1)                     # Q4_0 (generic order)
     _block_sums_row(qa, asum4, SUMS4 if SUMS4 != 0 else -128)  # x86 order: -SUB * lane sums (Q5_0, Q8_0)
     sums = asum4 if SUMS4 != 0 else asum
-    _gemv_spans(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, yd, sums, o0, o1, o2, nt, pf)
+    for c in prange(nt):
+        _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, yd, sums, o0, o1, o2, pf)
 
 
 # One entry per format, its layout constants (as in each format module) passed down to q32.gemv_group: numba
