@@ -30,6 +30,28 @@ REAL_MODELS = (SMOLLM2, QWEN_05B, QWEN_15B)
 needs_fixtures = pytest.mark.skipif(not TINY_MODELS.exists(), reason="fixtures not present")
 
 
+_precompile = None
+
+
+def pytest_sessionstart(session):
+    """Start tests/precompile.py: the kernels later tests need compile on the second core meanwhile (a cold CI
+    session spends most of its time compiling, on one core). SYNAPSE_NO_PRECOMPILE=1 turns it off."""
+    global _precompile
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get("SYNAPSE_NO_PRECOMPILE") != "1":
+        _precompile = subprocess.Popen([sys.executable, str(REPO / "tests" / "precompile.py")], cwd=REPO,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _precompile is not None and _precompile.poll() is None:
+        _precompile.kill()
+        _precompile.wait()
+
+
 def real_model_path(name: str) -> Path:
     """Path of a real model fetched by `make models` (file name as in the fixtures), or skip the test."""
     path = MODELS / Path(name).name

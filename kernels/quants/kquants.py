@@ -54,6 +54,7 @@ def tile_span(tile, n_tt, N, T, RT, TT):
     t0 = (tile % n_tt) * TT
     return r0, min(N, r0 + RT), t0, min(T, t0 + TT)
 
+
 # PERM[p] = natural element (within a 32-group) stored at permuted position p
 PERM = np.array([16 * s + 8 * k + l for l in range(8) for s in range(2) for k in range(2)], dtype=np.int64)
 
