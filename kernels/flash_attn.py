@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
 
+import functools
 import math
 
 import numpy as np
@@ -54,9 +55,10 @@ from kernels.quants.floats import _reduce_add16
 FA_TILE_Q = 64  # ggml_fa_tile_config::Q: batches with this many query rows take ggml's tiled kernel
 FA_TILE_KV = 64  # ggml_fa_tile_config::KV: cells per tile of that kernel
 FA_SPLIT_KV_MIN = 512  # one query row over a KV view of this many cells takes ggml's split-KV kernel
-# below this much work (kq + kqv flops over the attended view) the one-row kernel stays on the calling thread:
-# a parallel launch costs ~10 us
-ONE_ROW_PARALLEL_MIN_FLOPS = 1 << 22
+# below this much work (kq + kqv flops over the cells a query sees) the one-row and tiled kernels stay on the
+# calling thread: a parallel launch costs ~5 us (2-core Zen 4: one token of SmolLM2's 9 heads breaks even at
+# ~60 cells, benchmarks/RESULTS.md)
+ONE_ROW_PARALLEL_MIN_FLOPS = 1 << 17
 
 
 @ijit
@@ -119,17 +121,18 @@ def _n_eff(kv_pos, n_kv, qp):
 
 
 @jit
-def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj, sj, out):
-    """_row_chunk over all cells for the query heads of KV head g at token t, vectorised: the scores of 16
-    cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per cell and head the online softmax in ggml's order, VKQ held as F16
-    values in float32 (acc (gqa, D)) and updated 16 lanes at a time, the heads' chains interleaved cell by
-    cell. Same bits as _row_chunk. Scratch:
-    qv (gqa, D), sc (>= gqa * n_eff,) flat, head j's scores at j * n_eff; mj, sj (gqa,) running M and S."""
+def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, acc, mj, sj, out):
+    """_row_chunk over all cells for query heads j0..j1-1 of KV head g at token t, vectorised: the scores of 16
+    cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per cell
+    and head the online softmax in ggml's order, VKQ held as F16 values in float32 (acc (n, D), n = j1 - j0) and
+    updated 16 lanes at a time, the heads' chains interleaved cell by cell. Same bits as _row_chunk, for any
+    head range. Scratch: qv (>= n, D), sc (>= n * n_eff,) flat, head j's scores at (j - j0) * n_eff; mj, sj
+    (>= n,) running M and S."""
     n_kv, G, D = k16.shape
     H = q.shape[1]
-    gqa = H // G
-    h0 = g * gqa
-    for j in range(gqa):
+    h0 = g * (H // G) + j0
+    n = j1 - j0
+    for j in range(n):
         for d in range(D):
             qv[j, d] = round_f16_scalar(q[t, h0 + j, d])
             acc[j, d] = 0
@@ -138,11 +141,11 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj,
         # faster with 16 (AVX2: measured 11 -> 5 ns per head and cell). numba prunes the branch a CPU does not
         # take (a global constant): AVX2 does not compile the 3-head code (~1.5 s of a cold first run).
         if HAS_AVX512:
-            _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, gqa, (gqa // 3) * 3, sc, c0, n_eff)
+            _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, n, (n // 3) * 3, sc, c0, n_eff)
         else:
-            for j in range(gqa):
+            for j in range(n):
                 store16(sc, c0 + j * n_eff, _dots16(k16, (c0 * G + g) * D, G * D, qv, j * D, D))
-    for j in range(gqa):
+    for j in range(n):
         mj[j] = -np.inf
         sj[j] = 0
     for c in range(n_eff):  # cell-major: the heads' accumulator chains interleave
@@ -150,7 +153,7 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj,
         if p < 0 or p > qp:  # masked: -inf, skipped
             continue
         v0 = (c * G + g) * D
-        for j in range(gqa):
+        for j in range(n):
             s = np.float32(np.float32(sc[j * n_eff + c] * scale) + np.float32(0.0))
             ms = np.float32(1.0)
             vs = np.float32(1.0)
@@ -166,16 +169,18 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, n_eff, qv, sc, acc, mj,
             for d in range(0, D, 16):
                 store16(acc, j * D + d, round_f16_16(fma16(load16(v16, v0 + d), vvs, load16(acc, j * D + d))))
             sj[j] = fma_f32(sj[j], ms, vs)
-    for j in range(gqa):
+    for j in range(n):
         s_inv = np.float32(0.0) if sj[j] == 0.0 else np.float32(np.float32(1.0) / sj[j])
         for d in range(D):
             out[t, (h0 + j) * D + d] = np.float32(acc[j, d] * s_inv)
 
 
 @jit
-def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, i0, step):
-    """Work items i0, i0 + step, ... of (token, KV head) on the one-row kernel (one set of scratch arrays);
-    interleaved so that threads share the causal mask's growing rows evenly."""
+def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, i0, step):
+    """Work items i0, i0 + step, ... of (token, KV head, part of its query heads) on the one-row kernel (one set
+    of scratch arrays); interleaved so that threads share the causal mask's growing rows evenly. parts: how
+    many pieces each KV head's query heads are cut into (a single token has only Hkv (token, KV head) items to
+    share between the threads)."""
     T, H, D = q.shape
     G = k16.shape[1]
     gqa = H // G
@@ -184,16 +189,19 @@ def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, i0, step):
     sc = np.empty(gqa * n_kv, np.float32)
     mj = np.empty(gqa, np.float32)
     sj = np.empty(gqa, np.float32)
-    for item in range(i0, T * G, step):
-        t = item // G
+    for item in range(i0, T * G * parts, step):
+        t = item // (G * parts)
+        g = (item // parts) % G
+        part = item % parts
         n_eff = _n_eff(kv_pos, n_kv, q_pos[t])
-        _group_one_row(q, k16, v16, kv_pos, q_pos[t], scale, t, item % G, n_eff, qv, sc, acc, mj, sj, out)
+        _group_one_row(q, k16, v16, kv_pos, q_pos[t], scale, t, g, part * gqa // parts, (part + 1) * gqa // parts,
+                       n_eff, qv, sc, acc, mj, sj, out)
 
 
 @pjit
-def _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
+def _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks):
     for ci in prange(n_chunks):
-        _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, ci, n_chunks)
+        _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, ci, n_chunks)
 
 
 @jit
@@ -447,6 +455,16 @@ def _write(out, t, h, acc, S):
 PATH_ONE_ROW, PATH_TILED, PATH_SPLIT_KV = 0, 1, 2
 
 
+@functools.lru_cache(maxsize=64)
+def head_parts(T: int, G: int, gqa: int, n_chunks: int) -> int:
+    """Into how many equal pieces the one-row kernel cuts each KV head's gqa query heads so that n_chunks
+    threads get the most even share: a single token has only G (token, KV head) items (SmolLM2: 3 for 2
+    threads, one thread would do two thirds). The fewest pieces among the best, which keeps heads that share
+    a K block together."""
+    return min((p for p in range(1, gqa + 1) if gqa % p == 0),
+               key=lambda p: (-(-T * G * p // n_chunks) * (gqa // p), p))
+
+
 def fa_path(T: int, n_kv: int, order: Order) -> int:
     """Which of ggml's kernels a batch of T query rows over n_kv cells takes: llama.cpp's choice (LLAMA), or
     one kernel for every row whatever the batch: the one-row kernel (SINGLE), the tiled one (BATCHED)."""
@@ -491,13 +509,15 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
     T, H, D = q.shape
     n_chunks = max(1, int(n_threads))
     scale = np.float32(scale)
+    serial = n_chunks == 1 or T * H * min(n_kv, int(q_pos[-1]) + 1) * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS
     if path == PATH_ONE_ROW and D % 64 == 0:
-        if T * H * n_kv * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS:
-            _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
+        if serial:
+            _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)
         else:
-            _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
+            parts = head_parts(T, k16.shape[1], H // k16.shape[1], n_chunks)
+            _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks)
     elif path == PATH_TILED and D % 16 == 0:
-        if T * H * n_kv * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS:
+        if serial:
             _tiled_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
         else:
             _tiled_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)

@@ -77,6 +77,21 @@ def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
     for threads in (1, 2, 3):
         got = _run((q, k, v, kv_pos, q_pos), 512, False, threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+        for t in (0, 4):  # one token: each KV head's query heads cut into pieces for the threads (head_parts)
+            one = _run((q[t:t + 1], k, v, kv_pos, q_pos[t:t + 1]), 512, False, threads)
+            assert np.array_equal(one[0].view(np.uint32), want[t].view(np.uint32)), (threads, t)
+
+
+def test_head_parts_share_a_single_token_evenly():
+    """(T, Hkv, gqa, threads) -> pieces per KV head: SmolLM2's 9 heads in 3 groups go one head per item on 2
+    threads (5 + 4 heads, not 6 + 3); 2 groups of 6 on 2 threads need no cut; on 3 threads, pieces of 2 heads."""
+    from kernels.flash_attn import head_parts
+
+    assert head_parts(1, 3, 3, 2) == 3
+    assert head_parts(1, 2, 6, 2) == 1
+    assert head_parts(1, 2, 6, 3) == 3
+    assert head_parts(1, 2, 7, 2) == 1
+    assert head_parts(64, 3, 3, 2) == 1
 
 
 @pytest.mark.parametrize("H,Hkv,D,T", [(4, 4, 64, 3), (4, 2, 64, 70), (9, 3, 64, 17), (14, 2, 64, 64), (12, 2, 128, 9),
