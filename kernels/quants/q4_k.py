@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..config import jit, pjit
+from ..config import ijit, jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import scale_min_k4
@@ -106,6 +106,17 @@ def _repack(raw, out, PERMUTE=True):
                 out[n, q + 144 + i] = row[o + i]
 
 
+@ijit
+def _chunk(w, n, b, c, qp, oa, m0f, vlo, vhi):
+    """Chunk c of super-block b of row n (sub-blocks 2c: low nibbles, 2c+1: high) against the permuted
+    activations at oa: vlo + scale_2c * (lo . y), vhi + scale_2c+1 * (hi . y), int32 lanes."""
+    ob = b * PACKED_BYTES
+    q = load32(w, n * w.shape[1] + ob + 32 * c)
+    vlo = dpwssd(vlo, maddubs(and8(q, m0f), load32(qp, oa + 64 * c)), splat16(w[n, ob + 128 + 2 * c]))
+    vhi = dpwssd(vhi, maddubs(and8(srl16(q, 4), m0f), load32(qp, oa + 64 * c + 32)), splat16(w[n, ob + 129 + 2 * c]))
+    return vlo, vhi
+
+
 @jit
 def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
     """One repacked row . one permuted activation row in ggml's x86 order (module docstring): per super-block
@@ -126,22 +137,21 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
         dy = yd[t, b]
         d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)) * dy)
         dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)) * dy)
-        v = zero32()
-        for c in range(4):  # chunk c = sub-blocks 2c (low nibbles) and 2c+1 (high) = ggml's sb
-            q = load32(w, o + 32 * c)
-            lo = and8(q, m0f)
-            hi = and8(srl16(q, 4), m0f)
-            if SB:
-                v = zero32()
-            v = dpwssd(v, maddubs(lo, load32(qp, oa + 64 * c)), splat16(w[n, b * PACKED_BYTES + 128 + 2 * c]))
-            v = dpwssd(v, maddubs(hi, load32(qp, oa + 64 * c + 32)), splat16(w[n, b * PACKED_BYTES + 129 + 2 * c]))
-            if SB:
-                acc = fma_f32(np.float32(hsum32(v)), d, acc)
+        if SB:  # ggml_gemm_q4_K_8x8_q8_K: one FMA per 64-weight pair of sub-blocks (chunk c)
+            for c in range(4):
+                v, vh = _chunk(w, n, b, c, qp, oa, m0f, zero32(), zero32())
+                acc = fma_f32(np.float32(hsum32(add32(v, vh))), d, acc)
                 m = (np.int32(w[n, b * PACKED_BYTES + 136 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c])
                      + np.int32(w[n, b * PACKED_BYTES + 137 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c + 1]))
                 accm = fma_f32(np.float32(m), dmin, accm)
-        if not SB:
-            acc = fma_f32(np.float32(hsum32(v)), d, acc)
+        else:
+            # four integer accumulators: one made the block a chain of 8 dependent vpdpwssd whose latency bounded
+            # the gemv (2-core Zen 4, benchmarks/RESULTS.md); integer sums, so any grouping gives the same I
+            v0, v1 = _chunk(w, n, b, 0, qp, oa, m0f, zero32(), zero32())
+            v2, v3 = _chunk(w, n, b, 1, qp, oa, m0f, zero32(), zero32())
+            v0, v1 = _chunk(w, n, b, 2, qp, oa, m0f, v0, v1)
+            v2, v3 = _chunk(w, n, b, 3, qp, oa, m0f, v2, v3)
+            acc = fma_f32(np.float32(hsum32(add32(add32(v0, v2), add32(v1, v3)))), d, acc)
             m = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
             accm = fma_f32(np.float32(m), dmin, accm)
     return np.float32(acc - accm)

@@ -33,7 +33,7 @@ from ._bits import f16_to_f32, read_u16
 from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
                        hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32,
                        zero16x32)
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8xf32,
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8xf32,
                     maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf,
                     srl16, store8xf32, sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
@@ -99,15 +99,18 @@ def _lanes(q, sc, nsc32, qs, bsums, t, b):
     32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]) (ggml's q8sclsub)."""
     K = qs.shape[1]
     oa = t * K + b * QK_K
-    v = dpwssd(zero32(), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
-    v = dpwssd(v, maddubs(q[0], load32(qs, oa)), sc[0])
-    v = dpwssd(v, maddubs(q[1], load32(qs, oa + 32)), sc[1])
-    v = dpwssd(v, maddubs(q[2], load32(qs, oa + 64)), sc[2])
-    v = dpwssd(v, maddubs(q[3], load32(qs, oa + 96)), sc[3])
-    v = dpwssd(v, maddubs(q[4], load32(qs, oa + 128)), sc[4])
-    v = dpwssd(v, maddubs(q[5], load32(qs, oa + 160)), sc[5])
-    v = dpwssd(v, maddubs(q[6], load32(qs, oa + 192)), sc[6])
-    return dpwssd(v, maddubs(q[7], load32(qs, oa + 224)), sc[7])
+    # four independent accumulators: one chain of 9 dependent vpdpwssd bounded the gemv by their latency
+    # (2-core Zen 4, benchmarks/RESULTS.md); integer lanes, so any grouping gives the same sums
+    v0 = dpwssd(zero32(), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
+    v1 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
+    v2 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    v3 = dpwssd(zero32(), maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v0 = dpwssd(v0, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    v1 = dpwssd(v1, maddubs(q[4], load32(qs, oa + 128)), sc[4])
+    v2 = dpwssd(v2, maddubs(q[5], load32(qs, oa + 160)), sc[5])
+    v3 = dpwssd(v3, maddubs(q[6], load32(qs, oa + 192)), sc[6])
+    v0 = dpwssd(v0, maddubs(q[7], load32(qs, oa + 224)), sc[7])
+    return add32(add32(v0, v1), add32(v2, v3))
 
 
 @jit
