@@ -34,7 +34,7 @@ from .quants import gemv1, kquants, q32
 from .quants._simd import HAS_AVX2
 from .quants.vec_dot_type import quantize_activations
 
-__all__ = ["Weight", "matmul", "matmul_many", "UnsupportedTypeError"]
+__all__ = ["Weight", "matmul", "matmul_many", "FusedGemv", "UnsupportedTypeError"]
 
 # fused T == 1 kernels (kernels/quants/gemv1.py): ggml type -> (kernel, format code inside that kernel).
 # Weights whose (kernel, code) match - or any K-quant pair, the Q8_K kernel takes per-weight codes - can share
@@ -90,12 +90,7 @@ class Weight:
         self._x1, self._o1 = (1, ne0), (1, ne1)  # T == 1 shapes of the matmul fast path
         self._solo = None  # (kernel, leading args, prefetch) of the fused call for this weight alone
         if self.fused is not None:
-            kind, code = self.fused
-            p = self.packed[0]
-            if kind == "q8_K":
-                self._solo = (gemv1.gemv_many_q8_K, (code, p, 0, p, 0, p, 1), _PF_K)
-            else:
-                self._solo = (gemv1.Q32_GEMV[kind, code], (p, p, p, 1), _PF_Q32)
+            self._solo = _fused_call([self])
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -158,19 +153,59 @@ _F32 = np.dtype(np.float32)
 _BATCHED = Order.BATCHED  # (one global lookup on the decode path)
 
 
-def _gemv_fused(ws, x2, outs):
-    """One fused call for 1..3 weights of the same _group (T == 1)."""
-    nt = _num_threads()
+def _fused_call(ws):
+    """(kernel, leading arguments, prefetch distance) of the fused T == 1 call computing 1..3 weights of the same
+    _group; the kernel's remaining arguments are (x, out0, out1, out2, threads, prefetch), unused slots
+    repeating slot 0."""
     n = len(ws)
     p = [w.packed[0] for w in ws]
     p += [p[0]] * (3 - n)
-    o = list(outs) + [outs[0]] * (3 - n)
     kind, code = ws[0].fused
     if kind == "q8_K":
         c = [w.fused[1] for w in ws] + [0] * (3 - n)
-        gemv1.gemv_many_q8_K(c[0], p[0], c[1], p[1], c[2], p[2], n, x2, o[0], o[1], o[2], nt, _PF_K)
-    else:
-        gemv1.Q32_GEMV[kind, code](p[0], p[1], p[2], n, x2, o[0], o[1], o[2], nt, _PF_Q32)
+        return gemv1.gemv_many_q8_K, (c[0], p[0], c[1], p[1], c[2], p[2], n), _PF_K
+    return gemv1.Q32_GEMV[kind, code], (p[0], p[1], p[2], n), _PF_Q32
+
+
+def _gemv_fused(ws, x2, outs):
+    """One fused call for 1..3 weights of the same _group (T == 1)."""
+    kern, pre, pf = _fused_call(ws)
+    o = list(outs) + [outs[0]] * (3 - len(ws))
+    kern(*pre, x2, o[0], o[1], o[2], _num_threads(), pf)
+
+
+class FusedGemv:
+    """matmul_many(weights, x, outs) for one token, with what matmul_many works out on every call (the weights'
+    group, the kernel and its arguments) worked out once: decoding calls Q/K/V and gate/up ~60 times a token.
+    None of the weights' shapes change, so a call checks only x and the outputs. `FusedGemv.of(weights)` is
+    None where the weights cannot share one fused call."""
+
+    __slots__ = ("kern", "pre", "pf", "x_shape", "out_shapes", "n")
+
+    def __init__(self, weights):
+        self.kern, self.pre, self.pf = _fused_call(weights)
+        self.x_shape = (1, weights[0].ne0)
+        self.out_shapes = tuple((1, w.ne1) for w in weights)
+        self.n = len(weights)
+
+    @staticmethod
+    def of(weights) -> "FusedGemv | None":
+        g = weights[0]._group
+        if g is None or len(weights) > 3 or any(w._group != g or w.ne0 != weights[0].ne0 for w in weights):
+            return None
+        return FusedGemv(weights)
+
+    def __call__(self, x, outs) -> None:
+        if (type(x) is not np.ndarray or x.shape != self.x_shape or x.dtype is not _F32
+                or not x.flags.c_contiguous or len(outs) != self.n):
+            raise ValueError(f"FusedGemv: x must be C-contiguous float32 of shape {self.x_shape}")
+        for o, shape in zip(outs, self.out_shapes):
+            if (type(o) is not np.ndarray or o.shape != shape or o.dtype is not _F32 or not o.flags.c_contiguous
+                    or not o.flags.writeable):
+                raise ValueError(f"FusedGemv: outputs must be writable C-contiguous float32 of shapes {self.out_shapes}")
+        o0 = outs[0]
+        self.kern(*self.pre, x, o0, outs[1] if self.n > 1 else o0, outs[2] if self.n > 2 else o0, _num_threads(),
+                  self.pf)
 
 
 def _gemm(w, a, out, order):

@@ -110,6 +110,28 @@ def rms_norm_mul(x, eps, w, out):
         _rms_norm_mul_serial(x, eps, w, out)
 
 
+@jit
+def _add_rms_norm_mul_serial(a, b, s, eps, w, out):
+    _check_same(a, s, "add_rms_norm_mul: a and s must have the same shape (T, n)")
+    _check_same(b, s, "add_rms_norm_mul: b and s must have the same shape (T, n)")
+    _rms_norm_mul_check(s, w, out)
+    for t in range(s.shape[0]):
+        for i in range(s.shape[1]):
+            s[t, i] = a[t, i] + b[t, i]
+        rms_norm_mul_row(s[t], np.float32(eps), w, out[t])
+
+
+def add_rms_norm_mul(a, b, s, eps, w, out):
+    """s = ggml_add(a, b) (the residual stream), out = rms_norm_mul(s, eps, w): the ADD that ends a block and
+    the norm that starts the next, in one call for a single token (and every small batch) - decoding makes
+    ~60 such pairs a token. Same bits as add then rms_norm_mul. a, b, s, out: f32 (T, n); w: f32 (n,)."""
+    if s.shape[0] > 1 and s.size >= PARALLEL_MIN_ELEMENTS:
+        add(a, b, s)
+        _rms_norm_mul_parallel(s, eps, w, out)
+    else:
+        _add_rms_norm_mul_serial(a, b, s, eps, w, out)
+
+
 @pjit
 def mul_rows(x, w, out):
     """ggml_mul(x, w) with w one row broadcast over x's rows. x, out: f32 (T, n); w: f32 (n,)."""

@@ -17,7 +17,8 @@ import numpy as np
 
 from kernels.activations import swiglu
 from kernels.matmul import matmul, matmul_many
-from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
+from kernels.norm import add, add_rms_norm_mul, mul_rows, rms_norm, rms_norm_mul
+from kernels.order import Order
 
 
 def _add_bias(out: np.ndarray, b) -> None:
@@ -56,7 +57,10 @@ class GraphOps:
         from kernels.rope import rope_qk
 
         hp, ctx, T = self.hp, self.ctx, self.T
-        matmul_many(L.qkv, cur, [q, k, v], self.order)  # activations converted once, one parallel region
+        if T == 1 and L.qkv_gemv is not None and self.order is not Order.BATCHED:
+            L.qkv_gemv(cur, (q, k, v))  # activations converted once, one parallel region
+        else:
+            matmul_many(L.qkv, cur, [q, k, v], self.order)
         for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
             _add_bias(out, b)
         rope_qk(q.reshape(T, hp.n_head, hp.n_embd_head), k.reshape(T, hp.n_head_kv, hp.n_embd_head), self.pos,
@@ -91,8 +95,15 @@ class GraphOps:
     def add(self, name: str, a, b, out):
         add(a, b, out)
 
+    def add_norm(self, name: str, a, b, out, w, normed, names: tuple[str, str], weight_name: str):
+        """add (a residual) then norm of its result with weight w (the next block's input): one pass."""
+        add_rms_norm_mul(a, b, out, self.hp.f_norm_rms_eps, w, normed)
+
     def gate_up(self, il: int, L, cur, gate, up):
-        matmul_many(L.gate_up, cur, [gate, up], self.order)
+        if self.T == 1 and L.gate_up_gemv is not None and self.order is not Order.BATCHED:
+            L.gate_up_gemv(cur, (gate, up))
+        else:
+            matmul_many(L.gate_up, cur, [gate, up], self.order)
         _add_bias(gate, L.ffn_gate_b)
         _add_bias(up, L.ffn_up_b)
 
@@ -196,6 +207,10 @@ class TracedGraphOps(GraphOps):
             il = name.rsplit("-", 1)[1]
             self.g.add(name, out, f"ffn_out-{il}", f"ffn_inp-{il}")
         self.res_name = name
+
+    def add_norm(self, name, a, b, out, w, normed, names, weight_name):
+        self.add(name, a, b, out)
+        self.norm(out, w, normed, names, weight_name)
 
     def gate_up(self, il, L, cur, gate, up):
         matmul_many(L.gate_up, cur, [gate, up], self.order)

@@ -59,6 +59,11 @@ class LayerWeights:
         # products sharing an input, computed by one matmul_many call (activations quantized once)
         self.qkv = [self.attn_q, self.attn_k, self.attn_v]
         self.gate_up = [self.ffn_gate, self.ffn_up]
+        # the same, one token, as one prepared fused call (None where the weights' formats cannot share one)
+        from kernels.matmul import FusedGemv
+
+        self.qkv_gemv = FusedGemv.of(self.qkv)
+        self.gate_up_gemv = FusedGemv.of(self.gate_up)
 
 
 class Model:
@@ -309,6 +314,7 @@ class Context:
                 self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
+        self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
         self.t_prompt_ms = 0.0
         self.t_eval_ms = 0.0
 
@@ -432,19 +438,19 @@ class Context:
         q_r, k_r = np.zeros((1, H, D), np.float32), np.zeros((1, Hkv, D), np.float32)
         gate, up = np.zeros((1, F), np.float32), np.zeros((1, F), np.float32)
         logits = np.zeros((1, hp.n_vocab), np.float32)
-        steps = [("embd", lambda: ops.embd(np.zeros(1, np.int32), x))]
+        steps = [("embd", lambda: ops.embd(np.zeros(1, np.int32), x)),
+                 ("norm", lambda: ops.norm(x, m.layers[0].attn_norm, cur, ("", ""), ""))]
         for il, L in enumerate(m.layers):
-            steps += [("norm", lambda L=L: ops.norm(x, L.attn_norm, cur, ("", ""), "")),
-                      ("qkv", lambda il=il, L=L: ops.qkv(il, L, cur, q, k, v, q_r, k_r)),
+            nxt = m.layers[il + 1].attn_norm if il + 1 < hp.n_layer else m.output_norm
+            steps += [("qkv", lambda il=il, L=L: ops.qkv(il, L, cur, q, k, v, q_r, k_r)),
                       ("attention", lambda il=il: ops.attention(il, q_r, k_r, v.reshape(1, Hkv, D), kqv)),
                       ("attn_out", lambda il=il, L=L: ops.attn_out(il, L, kqv, a)),
-                      ("add", lambda: ops.add("", a, x, fi)),
-                      ("norm", lambda L=L: ops.norm(fi, L.ffn_norm, cur, ("", ""), "")),
+                      ("add_norm", lambda L=L: ops.add_norm("", a, x, fi, L.ffn_norm, cur, ("", ""), "")),
                       ("gate_up", lambda il=il, L=L: ops.gate_up(il, L, cur, gate, up)),
                       ("swiglu", lambda il=il: ops.swiglu(il, gate, up)),
-                      ("ffn_down", lambda il=il, L=L: ops.ffn_down(il, L, gate, fo))]
-        steps += [("norm", lambda: ops.norm(x, m.output_norm, cur, ("", ""), "")),
-                  ("logits", lambda: ops.logits(cur, logits))]
+                      ("ffn_down", lambda il=il, L=L: ops.ffn_down(il, L, gate, fo)),
+                      ("add_norm", lambda w=nxt: ops.add_norm("", fo, fi, x, w, cur, ("", ""), ""))]
+        steps += [("logits", lambda: ops.logits(cur, logits))]
         return steps
 
     def _forward_ubatch(self, tokens: np.ndarray, want: str | int, trace: TraceHook | None,
@@ -473,9 +479,10 @@ class Context:
         ffn_out = np.empty((T, E), dtype=np.float32)
 
         ops.embd(tokens, x)
+        ops.norm(x, m.layers[0].attn_norm, cur, ("norm-0", "attn_norm-0"), "blk.0.attn_norm.weight")
+        out_norm = None
         for il, L in enumerate(m.layers):
-            # attention block: norm, Q/K/V with rope, KV cache, attention, output projection
-            ops.norm(x, L.attn_norm, cur, (f"norm-{il}", f"attn_norm-{il}"), f"blk.{il}.attn_norm.weight")
+            # attention block: (its norm is done) Q/K/V with rope, KV cache, attention, output projection
             ops.qkv(il, L, cur, q, k, v, q_r, k_r)
             ops.attention(il, q_r, k_r, v.reshape(T, Hkv, D), kqv_out)
             ops.attn_out(il, L, kqv_out, attn_out)
@@ -488,21 +495,25 @@ class Context:
                 Tn = want if isinstance(want, int) else (1 if want == "last" else 0)
                 a_rows, x_rows = ops.out_rows(attn_out, x, Tn)
             fi = ffn_inp[:Tn]
-            ops.add(f"ffn_inp-{il}", a_rows, x_rows, fi)
-            # feed-forward block: norm, SwiGLU FFN, residual
             fcur, gt, u, fo = cur[:Tn], gate[:Tn], up[:Tn], ffn_out[:Tn]
-            ops.norm(fi, L.ffn_norm, fcur, (f"norm-{il}", f"ffn_norm-{il}"), f"blk.{il}.ffn_norm.weight")
+            # residual, then the feed-forward block: norm, SwiGLU FFN, residual and the next block's norm
+            ops.add_norm(f"ffn_inp-{il}", a_rows, x_rows, fi, L.ffn_norm, fcur, (f"norm-{il}", f"ffn_norm-{il}"),
+                         f"blk.{il}.ffn_norm.weight")
             ops.gate_up(il, L, fcur, gt, u)
             ops.swiglu(il, gt, u)
             ops.ffn_down(il, L, gt, fo)
             x = np.empty((Tn, E), dtype=np.float32)
-            ops.add(f"l_out-{il}", fo, fi, x)
+            if il + 1 < hp.n_layer:
+                ops.add_norm(f"l_out-{il}", fo, fi, x, m.layers[il + 1].attn_norm, cur, (f"norm-{il + 1}",
+                             f"attn_norm-{il + 1}"), f"blk.{il + 1}.attn_norm.weight")
+            else:  # the rows that reach the output head: its norm
+                out_norm = np.empty((Tn, E), dtype=np.float32)
+                ops.add_norm(f"l_out-{il}", fo, fi, x, m.output_norm, out_norm, ("norm", "result_norm"),
+                             "output_norm.weight")
 
         self.n_past += T
-        if want == "none" and trace is None:
+        if out_norm is None:  # a micro-batch without outputs stopped before the last layer's FFN
             return None
-        out_norm = np.empty((x.shape[0], E), dtype=np.float32)
-        ops.norm(x, m.output_norm, out_norm, ("norm", "result_norm"), "output_norm.weight")
         if out is None:
             logits = np.empty((x.shape[0], hp.n_vocab), dtype=np.float32)
         else:
@@ -521,7 +532,7 @@ class Context:
 
         hp = self.hp
         if self.flash_attn:
-            kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
+            kv_pos = self._kv_positions(n_used, n_kv)
             kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
             kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
             if self._fa_plain:
@@ -545,6 +556,14 @@ class Context:
                 return
             attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
                       hp.kq_scale, kqv_out, kq, kq_sm, self.order != Order.SINGLE)
+
+    def _kv_positions(self, n_used: int, n_kv: int) -> np.ndarray:
+        """(n_kv,) int32: the position of each attended cell, -1 where it is empty (the mask's input); the same
+        array for every layer of a graph."""
+        if self._kv_pos_key != (n_used, n_kv):
+            self._kv_pos = np.where(self.cell_pos[:n_kv] < n_used, self.cell_pos[:n_kv], -1).astype(np.int32)
+            self._kv_pos_key = (n_used, n_kv)
+        return self._kv_pos
 
     def cache_views(self, il: int, n_kv: int):
         """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache

@@ -398,6 +398,40 @@ def test_matmul_many_equals_reference_and_matmul(t):
     assert np.array_equal(outs[1], R.matmul(t, ws[1][0], x[:1], FLAVOUR)[0])
 
 
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_fused_gemv_equals_reference(t):
+    """FusedGemv (decoding's prepared Q/K/V and gate/up call): the reference's bits for 1..3 weights of a fused
+    format; None for a type without a fused kernel, a mix of groups, or more than 3 weights."""
+    from kernels.matmul import FusedGemv
+
+    K = 512
+    ws = [_weight(t, N, K, 1400 + 7 * int(t) + N) for N in MANY_N[:3]]
+    x = _x(1, K, 1500 + int(t))
+    for n in (1, 2, 3):
+        f = FusedGemv.of([w for _, w in ws[:n]])
+        if ws[0][1].fused is None:
+            assert f is None
+            continue
+        outs = [np.full((1, w.ne1), np.nan, np.float32) for _, w in ws[:n]]
+        f(x, outs)
+        for (raw, w), o in zip(ws, outs):
+            assert np.array_equal(o, R.matmul(t, raw, x, FLAVOUR)), f"n={n} N={w.ne1}"
+    if ws[0][1].fused is not None:
+        assert FusedGemv.of([w for _, w in ws] + [ws[0][1]]) is None  # 4 weights: two calls
+        with pytest.raises(ValueError, match="x must be"):
+            FusedGemv.of([ws[0][1]])(_x(2, K, 1), [np.empty((1, ws[0][1].ne1), np.float32)])
+        with pytest.raises(ValueError, match="outputs must be"):
+            FusedGemv.of([ws[0][1]])(x, [np.empty((1, ws[0][1].ne1 + 1), np.float32)])
+
+
+def test_fused_gemv_needs_one_group():
+    from kernels.matmul import FusedGemv
+
+    K = 512
+    assert FusedGemv.of([_weight(G.Q4_K, 8, K, 1)[1], _weight(G.Q6_K, 8, K, 2)[1]]) is not None  # one Q8_K call
+    assert FusedGemv.of([_weight(G.Q4_0, 8, K, 1)[1], _weight(G.Q4_1, 8, K, 2)[1]]) is None  # Q8_0 and Q8_1
+
+
 def test_matmul_many_mixed_types():
     """Q4_K and Q6_K share one fused call (per-weight format codes); Q4_0 / Q8_0 / Q5_0 share the Q8_0
     conversion; a type without a fused kernel (F16) and a different vec_dot_type (Q4_1) in the same list."""

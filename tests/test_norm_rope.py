@@ -16,7 +16,7 @@ from elementwise_reference import (
     rope_ref_f32,
     rope_ref_f64,
 )
-from kernels.norm import add, mul_rows, rms_norm, rms_norm_mul
+from kernels.norm import add, add_rms_norm_mul, mul_rows, rms_norm, rms_norm_mul
 from kernels.rope import rope, rope_cache, rope_ext, rope_qk, rope_qk_cached, rope_yarn_corr_dims
 
 
@@ -48,6 +48,24 @@ def test_rms_norm_mul_is_rms_norm_then_mul():
     assert np.array_equal(bits(fused), bits(rms_norm_ref(x, 1e-6) * w))
     rms_norm_mul(x, 1e-6, w, x)  # in place
     assert np.array_equal(bits(x), bits(fused))
+
+
+@pytest.mark.parametrize("T", [1, 3, 80])  # 80 x 896: the parallel norm after a separate add
+def test_add_rms_norm_mul_is_add_then_rms_norm_mul(T):
+    """The residual add and the next block's norm in one call: the bits of add then rms_norm_mul."""
+    rng = np.random.default_rng(T)
+    a = rng.standard_normal((T, 896)).astype(np.float32)
+    b = (rng.standard_normal((T, 896)) * 30).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(896)).astype(np.float32)
+    s, out = np.empty_like(a), np.empty_like(a)
+    add_rms_norm_mul(a, b, s, 1e-6, w, out)
+    want_s, want = np.empty_like(a), np.empty_like(a)
+    add(a, b, want_s)
+    rms_norm_mul(want_s, 1e-6, w, want)
+    assert np.array_equal(bits(s), bits(a + b)) and np.array_equal(bits(out), bits(want))
+    assert np.array_equal(bits(out), bits(rms_norm_ref(a + b, 1e-6) * w))
+    with pytest.raises(ValueError):
+        add_rms_norm_mul(a, b[:, :100].copy(), s, 1e-6, w, out)
 
 
 def test_add_and_mul_rows_broadcast():
