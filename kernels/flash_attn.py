@@ -509,7 +509,7 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
     T, H, D = q.shape
     n_chunks = max(1, int(n_threads))
     scale = np.float32(scale)
-    serial = n_chunks == 1 or T * H * min(n_kv, int(q_pos[-1]) + 1) * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS
+    serial = n_chunks == 1 or T == 0 or T * H * min(n_kv, int(q_pos[-1]) + 1) * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS
     if path == PATH_ONE_ROW and D % 64 == 0:
         if serial:
             _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)

@@ -1,8 +1,9 @@
 """The operations of llama.cpp's llama/qwen2/mistral3 graph, as the forward pass (`Context._forward_ubatch`)
 calls them, in two kinds:
 
-* `GraphOps` computes them, fused where ggml's results allow it (RMS_NORM and MUL in one pass, Q/K/V and
-  gate/up from one conversion of the activations, both ropes in one call);
+* `GraphOps` computes them, fused where ggml's results allow it (RMS_NORM and MUL in one pass, with the ADD
+  of the residual before it; Q/K/V and gate/up from one conversion of the activations, for one token through
+  a call prepared at load (`LayerWeights.qkv_gemv`); both ropes in one call);
 * `TracedGraphOps` computes the same values op by op, the way llama.cpp's graph evaluates them, and hands each
   node to a `GraphTrace` (names, ops, sources and shapes of llama-eval-callback's log). It keeps the names of
   the tensors the next nodes read (the residual stream, the attention output).

@@ -82,6 +82,11 @@ def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
             assert np.array_equal(one[0].view(np.uint32), want[t].view(np.uint32)), (threads, t)
 
 
+def test_no_query_rows():
+    for llama_order in (False, True):
+        assert _run(_case(0, 256), 256, llama_order, 2).shape == (0, 4 * 64)
+
+
 def test_head_parts_share_a_single_token_evenly():
     """(T, Hkv, gqa, threads) -> pieces per KV head: SmolLM2's 9 heads in 3 groups go one head per item on 2
     threads (5 + 4 heads, not 6 + 3); 2 groups of 6 on 2 threads need no cut; on 3 threads, pieces of 2 heads."""
