@@ -121,13 +121,14 @@ def _n_eff(kv_pos, n_kv, qp):
 
 
 @jit
-def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, acc, mj, sj, out):
+def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, out):
     """_row_chunk over all cells for query heads j0..j1-1 of KV head g at token t, vectorised: the scores of 16
-    cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per cell
-    and head the online softmax in ggml's order, VKQ held as F16 values in float32 (acc (n, D), n = j1 - j0) and
-    updated 16 lanes at a time, the heads' chains interleaved cell by cell. Same bits as _row_chunk, for any
-    head range. Scratch: qv (>= n, D), sc (>= n * n_eff,) flat, head j's scores at (j - j0) * n_eff; mj, sj
-    (>= n,) running M and S."""
+    cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per head
+    the online softmax in ggml's order, scalar, over the visible cells (its expf calls off the accumulator's
+    chain), and VKQ as F16 values in float32 registers, 64 dimensions at a time (four independent 16-lane
+    chains) over all cells. Same bits as _row_chunk, for any head range. Scratch: qv (>= n, D), sc (>= n *
+    n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the visible cells; msv, vsv (>= n_eff,)
+    ms and vs of each visible cell. out must be C-contiguous."""
     n_kv, G, D = k16.shape
     H = q.shape[1]
     h0 = g * (H // G) + j0
@@ -135,7 +136,6 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
     for j in range(n):
         for d in range(D):
             qv[j, d] = round_f16_scalar(q[t, h0 + j, d])
-            acc[j, d] = 0
     for c0 in range(0, n_eff, 16):  # raw dots, K row stride G*D; head j's scores at j * n_eff
         # three heads per K block where 32 vector registers hold their operands (AVX512); one at a time is
         # faster with 16 (AVX2: measured 11 -> 5 ns per head and cell). numba prunes the branch a CPU does not
@@ -145,34 +145,56 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
         else:
             for j in range(n):
                 store16(sc, c0 + j * n_eff, _dots16(k16, (c0 * G + g) * D, G * D, qv, j * D, D))
-    for j in range(n):
-        mj[j] = -np.inf
-        sj[j] = 0
-    for c in range(n_eff):  # cell-major: the heads' accumulator chains interleave
+    nv = 0  # the visible cells, the same for every head
+    for c in range(n_eff):
         p = kv_pos[c]
-        if p < 0 or p > qp:  # masked: -inf, skipped
-            continue
-        v0 = (c * G + g) * D
-        for j in range(n):
-            s = np.float32(np.float32(sc[j * n_eff + c] * scale) + np.float32(0.0))
-            ms = np.float32(1.0)
-            vs = np.float32(1.0)
-            if s > mj[j]:
-                ms = np.float32(math.exp(np.float32(mj[j] - s)))
-                mj[j] = s
-                vms = splat16(ms)
-                for d in range(0, D, 16):
-                    store16(acc, j * D + d, round_f16_16(mul16(load16(acc, j * D + d), vms)))
-            else:
-                vs = np.float32(math.exp(np.float32(s - mj[j])))
-            vvs = splat16(vs)
-            for d in range(0, D, 16):
-                store16(acc, j * D + d, round_f16_16(fma16(load16(v16, v0 + d), vvs, load16(acc, j * D + d))))
-            sj[j] = fma_f32(sj[j], ms, vs)
+        if 0 <= p <= qp:  # masked cells (-inf) are skipped
+            vis[nv] = c
+            nv += 1
     for j in range(n):
-        s_inv = np.float32(0.0) if sj[j] == 0.0 else np.float32(np.float32(1.0) / sj[j])
-        for d in range(D):
-            out[t, (h0 + j) * D + d] = np.float32(acc[j, d] * s_inv)
+        # the online softmax in ggml's order, scalar: the running maximum, ms and vs of every visible cell (the
+        # expf calls are independent of each other here, off the accumulator's chain)
+        M = np.float32(-np.inf)
+        S = np.float32(0.0)
+        for i in range(nv):
+            s = np.float32(np.float32(sc[j * n_eff + vis[i]] * scale) + np.float32(0.0))
+            if s > M:
+                ms = np.float32(math.exp(np.float32(M - s)))
+                vs = np.float32(1.0)
+                M = s
+            else:
+                ms = np.float32(1.0)
+                vs = np.float32(math.exp(np.float32(s - M)))
+            msv[i] = ms
+            vsv[i] = vs
+            S = fma_f32(S, ms, vs)
+        vinv = splat16(np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S))
+        # VKQ, 64 dimensions at a time held in four registers (four independent F16 chains) over all cells.
+        # ms == 1 leaves VKQ unchanged (its values are F16 already), so only ms != 1 scales.
+        o = t * H * D + (h0 + j) * D
+        for d in range(0, D, 64):
+            a0 = zero16()
+            a1 = zero16()
+            a2 = zero16()
+            a3 = zero16()
+            for i in range(nv):
+                v0 = (vis[i] * G + g) * D + d
+                ms = msv[i]
+                if ms != 1.0:
+                    vm = splat16(ms)
+                    a0 = round_f16_16(mul16(a0, vm))
+                    a1 = round_f16_16(mul16(a1, vm))
+                    a2 = round_f16_16(mul16(a2, vm))
+                    a3 = round_f16_16(mul16(a3, vm))
+                vv = splat16(vsv[i])
+                a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
+                a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
+                a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
+                a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
+            store16(out, o + d, mul16(a0, vinv))
+            store16(out, o + d + 16, mul16(a1, vinv))
+            store16(out, o + d + 32, mul16(a2, vinv))
+            store16(out, o + d + 48, mul16(a3, vinv))
 
 
 @jit
@@ -185,17 +207,17 @@ def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, i0, step
     G = k16.shape[1]
     gqa = H // G
     qv = np.empty((gqa, D), np.float32)
-    acc = np.empty((gqa, D), np.float32)
     sc = np.empty(gqa * n_kv, np.float32)
-    mj = np.empty(gqa, np.float32)
-    sj = np.empty(gqa, np.float32)
+    vis = np.empty(n_kv, np.int64)
+    msv = np.empty(n_kv, np.float32)
+    vsv = np.empty(n_kv, np.float32)
     for item in range(i0, T * G * parts, step):
         t = item // (G * parts)
         g = (item // parts) % G
         part = item % parts
         n_eff = _n_eff(kv_pos, n_kv, q_pos[t])
         _group_one_row(q, k16, v16, kv_pos, q_pos[t], scale, t, g, part * gqa // parts, (part + 1) * gqa // parts,
-                       n_eff, qv, sc, acc, mj, sj, out)
+                       n_eff, qv, sc, vis, msv, vsv, out)
 
 
 @pjit
@@ -505,6 +527,11 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
     F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; the
     kernel by fa_path (llama.cpp's split-KV kernel cuts the cells into n_threads chunks). The one-row and tiled
     kernels run vectorised for head dimensions of a multiple of 64 (ggml_vec_dot_f16's 4 x 16 lanes) and 16."""
+    if not out.flags.c_contiguous:  # the vectorised one-row kernel stores whole rows of 16 lanes
+        whole = np.empty(out.shape, np.float32)
+        flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, whole, order, n_threads)
+        out[...] = whole
+        return
     path = fa_path(q.shape[0], n_kv, order)
     T, H, D = q.shape
     n_chunks = max(1, int(n_threads))

@@ -66,10 +66,13 @@ def test_rows_do_not_depend_on_the_batch():
 def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
     """flash_attn_ext's one-row path (query heads of a KV head together, 16-lane F16 accumulator) gives the bits
     of the scalar port of ggml's loop (`_row_chunk`, one row at a time), at any thread count; the scores grow
-    along the cells so that later cells keep raising the running maximum (the rescaling branch)."""
+    along the cells so that later cells keep raising the running maximum (the rescaling branch); some cells inside the
+    view are empty and some out of position order."""
     from kernels.flash_attn import _flash_attn_ext
 
     q, k, v, kv_pos, q_pos = _case(5, 512, H, Hkv, D, seed=H + D)
+    kv_pos[100:130] = -1  # empty cells inside the view
+    kv_pos[300:340] = kv_pos[300:340][::-1].copy()  # cells out of position order (a sequence edited in place)
     ramp = (np.linspace(0.0, 4.0, 512, dtype=np.float32)[:, None, None] * np.ones((1, Hkv, D), np.float32))
     k = (k.view(np.float16).astype(np.float32) + ramp).astype(np.float16).view(np.uint16)
     want = np.empty((q.shape[0], H * D), np.float32)
