@@ -121,14 +121,15 @@ def _n_eff(kv_pos, n_kv, qp):
 
 
 @jit
-def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, out):
+def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, sinv, buf, out):
     """_row_chunk over all cells for query heads j0..j1-1 of KV head g at token t, vectorised: the scores of 16
     cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per head
     the online softmax in ggml's order, scalar, over the visible cells (its expf calls off the accumulator's
-    chain), and VKQ as F16 values in float32 registers, 64 dimensions at a time (four independent 16-lane
-    chains) over all cells. Same bits as _row_chunk, for any head range. Scratch: qv (>= n, D), sc (>= n *
-    n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the visible cells; msv, vsv (>= n_eff,)
-    ms and vs of each visible cell. out must be C-contiguous."""
+    chain), and VKQ as F16 values in float32 registers, two slabs of 64 dimensions at a time (eight
+    independent 16-lane chains, _vkq_slabs2) over all cells. Same bits as _row_chunk, for any head range. Scratch: qv (>= n, D), sc (>= n *
+    n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the visible cells; msv, vsv (>= n, >=
+    n_eff) ms and vs of each visible cell per head; sinv (>= n,) 1/S per head; buf (768,) the scores'
+    reduction scratch. out must be C-contiguous."""
     n_kv, G, D = k16.shape
     H = q.shape[1]
     h0 = g * (H // G) + j0
@@ -136,15 +137,19 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
     for j in range(n):
         for d in range(D):
             qv[j, d] = round_f16_scalar(q[t, h0 + j, d])
-    for c0 in range(0, n_eff, 16):  # raw dots, K row stride G*D; head j's scores at j * n_eff
+    n16 = n_eff // 16 * 16
+    for c0 in range(0, n16, 16):  # raw dots, K row stride G*D; head j's scores at j * n_eff
         # three heads per K block where 32 vector registers hold their operands (AVX512); one at a time is
         # faster with 16 (AVX2: measured 11 -> 5 ns per head and cell). numba prunes the branch a CPU does not
         # take (a global constant): AVX2 does not compile the 3-head code (~1.5 s of a cold first run).
         if HAS_AVX512:
-            _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, n, (n // 3) * 3, sc, c0, n_eff)
+            _dots16_heads(k16, (c0 * G + g) * D, G * D, qv, D, D, n, (n // 3) * 3, sc, c0, n_eff, buf)
         else:
             for j in range(n):
                 store16(sc, c0 + j * n_eff, _dots16(k16, (c0 * G + g) * D, G * D, qv, j * D, D))
+    for c in range(n16, n_eff):  # a view whose length is not a multiple of 16: the last cells one at a time
+        for j in range(n):
+            sc[j * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + g) * D, qv, j * D, D))
     nv = 0  # the visible cells, the same for every head
     for c in range(n_eff):
         p = kv_pos[c]
@@ -165,36 +170,104 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
             else:
                 ms = np.float32(1.0)
                 vs = np.float32(math.exp(np.float32(s - M)))
-            msv[i] = ms
-            vsv[i] = vs
+            msv[j, i] = ms
+            vsv[j, i] = vs
             S = fma_f32(S, ms, vs)
-        vinv = splat16(np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S))
-        # VKQ, 64 dimensions at a time held in four registers (four independent F16 chains) over all cells.
-        # ms == 1 leaves VKQ unchanged (its values are F16 already), so only ms != 1 scales.
-        o = t * H * D + (h0 + j) * D
-        for d in range(0, D, 64):
-            a0 = zero16()
-            a1 = zero16()
-            a2 = zero16()
-            a3 = zero16()
-            for i in range(nv):
-                v0 = (vis[i] * G + g) * D + d
-                ms = msv[i]
-                if ms != 1.0:
-                    vm = splat16(ms)
-                    a0 = round_f16_16(mul16(a0, vm))
-                    a1 = round_f16_16(mul16(a1, vm))
-                    a2 = round_f16_16(mul16(a2, vm))
-                    a3 = round_f16_16(mul16(a3, vm))
-                vv = splat16(vsv[i])
-                a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
-                a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
-                a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
-                a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
-            store16(out, o + d, mul16(a0, vinv))
-            store16(out, o + d + 16, mul16(a1, vinv))
-            store16(out, o + d + 32, mul16(a2, vinv))
-            store16(out, o + d + 48, mul16(a3, vinv))
+        sinv[j] = np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+    # VKQ in slabs of 64 dimensions (slab k: head k // (D/64), dimensions 64 * (k % (D/64)) on), two slabs at a
+    # time: eight independent F16 chains in registers over all cells, enough to cover the chain's latency
+    per = D // 64
+    n_slabs = n * per
+    for k in range(0, n_slabs - 1, 2):
+        _vkq_slabs2(v16, vis, nv, G * D, g * D, k // per, 64 * (k % per), (k + 1) // per, 64 * ((k + 1) % per),
+                    msv, vsv, sinv, out, t * H * D + h0 * D)
+    if n_slabs % 2:
+        k = n_slabs - 1
+        _vkq_slab(v16, vis, nv, G * D, g * D, k // per, 64 * (k % per), msv, vsv, sinv, out, t * H * D + h0 * D)
+
+
+@jit
+def _vkq_slabs2(v16, vis, nv, GD, gD, ja, da, jb, db, msv, vsv, sinv, out, o):
+    """VKQ of two 64-dimension slabs (head ja from dimension da, head jb from db) over the visible cells:
+    VKQ = fp16(VKQ * ms) where ms != 1 (ms == 1 leaves F16 values unchanged), VKQ = fp16(fma(V, vs, VKQ));
+    out = VKQ * (1/S). V of cell vis[i] at vis[i] * GD + gD; out of head j at o + j * 64 * (D/64)."""
+    D = v16.shape[2]
+    a0 = zero16()
+    a1 = zero16()
+    a2 = zero16()
+    a3 = zero16()
+    b0 = zero16()
+    b1 = zero16()
+    b2 = zero16()
+    b3 = zero16()
+    for i in range(nv):
+        v0 = vis[i] * GD + gD
+        ma = msv[ja, i]
+        if ma != 1.0:
+            vm = splat16(ma)
+            a0 = round_f16_16(mul16(a0, vm))
+            a1 = round_f16_16(mul16(a1, vm))
+            a2 = round_f16_16(mul16(a2, vm))
+            a3 = round_f16_16(mul16(a3, vm))
+        mb = msv[jb, i]
+        if mb != 1.0:
+            vm = splat16(mb)
+            b0 = round_f16_16(mul16(b0, vm))
+            b1 = round_f16_16(mul16(b1, vm))
+            b2 = round_f16_16(mul16(b2, vm))
+            b3 = round_f16_16(mul16(b3, vm))
+        va = splat16(vsv[ja, i])
+        vb = splat16(vsv[jb, i])
+        a0 = round_f16_16(fma16(load16(v16, v0 + da), va, a0))
+        a1 = round_f16_16(fma16(load16(v16, v0 + da + 16), va, a1))
+        a2 = round_f16_16(fma16(load16(v16, v0 + da + 32), va, a2))
+        a3 = round_f16_16(fma16(load16(v16, v0 + da + 48), va, a3))
+        b0 = round_f16_16(fma16(load16(v16, v0 + db), vb, b0))
+        b1 = round_f16_16(fma16(load16(v16, v0 + db + 16), vb, b1))
+        b2 = round_f16_16(fma16(load16(v16, v0 + db + 32), vb, b2))
+        b3 = round_f16_16(fma16(load16(v16, v0 + db + 48), vb, b3))
+    oa = o + ja * D + da
+    va = splat16(sinv[ja])
+    store16(out, oa, mul16(a0, va))
+    store16(out, oa + 16, mul16(a1, va))
+    store16(out, oa + 32, mul16(a2, va))
+    store16(out, oa + 48, mul16(a3, va))
+    ob = o + jb * D + db
+    vb = splat16(sinv[jb])
+    store16(out, ob, mul16(b0, vb))
+    store16(out, ob + 16, mul16(b1, vb))
+    store16(out, ob + 32, mul16(b2, vb))
+    store16(out, ob + 48, mul16(b3, vb))
+
+
+@jit
+def _vkq_slab(v16, vis, nv, GD, gD, j, d, msv, vsv, sinv, out, o):
+    """_vkq_slabs2 for one slab (the last of an odd count)."""
+    D = v16.shape[2]
+    a0 = zero16()
+    a1 = zero16()
+    a2 = zero16()
+    a3 = zero16()
+    for i in range(nv):
+        v0 = vis[i] * GD + gD + d
+        ms = msv[j, i]
+        if ms != 1.0:
+            vm = splat16(ms)
+            a0 = round_f16_16(mul16(a0, vm))
+            a1 = round_f16_16(mul16(a1, vm))
+            a2 = round_f16_16(mul16(a2, vm))
+            a3 = round_f16_16(mul16(a3, vm))
+        vv = splat16(vsv[j, i])
+        a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
+        a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
+        a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
+        a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
+    oa = o + j * D + d
+    vv = splat16(sinv[j])
+    store16(out, oa, mul16(a0, vv))
+    store16(out, oa + 16, mul16(a1, vv))
+    store16(out, oa + 32, mul16(a2, vv))
+    store16(out, oa + 48, mul16(a3, vv))
 
 
 @jit
@@ -209,15 +282,17 @@ def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, i0, step
     qv = np.empty((gqa, D), np.float32)
     sc = np.empty(gqa * n_kv, np.float32)
     vis = np.empty(n_kv, np.int64)
-    msv = np.empty(n_kv, np.float32)
-    vsv = np.empty(n_kv, np.float32)
+    msv = np.empty((gqa, n_kv), np.float32)
+    vsv = np.empty((gqa, n_kv), np.float32)
+    sinv = np.empty(gqa, np.float32)
+    buf = np.empty(768, np.float32)
     for item in range(i0, T * G * parts, step):
         t = item // (G * parts)
         g = (item // parts) % G
         part = item % parts
         n_eff = _n_eff(kv_pos, n_kv, q_pos[t])
         _group_one_row(q, k16, v16, kv_pos, q_pos[t], scale, t, g, part * gqa // parts, (part + 1) * gqa // parts,
-                       n_eff, qv, sc, vis, msv, vsv, out)
+                       n_eff, qv, sc, vis, msv, vsv, sinv, buf, out)
 
 
 @pjit

@@ -85,6 +85,23 @@ def test_vectorised_one_row_kernel_is_the_scalar_specification(H, Hkv, D):
             assert np.array_equal(one[0].view(np.uint32), want[t].view(np.uint32)), (threads, t)
 
 
+@pytest.mark.parametrize("H,Hkv,D", [(9, 3, 64), (12, 2, 128)])
+def test_one_row_kernel_over_a_view_of_any_length(H, Hkv, D):
+    """A view of n_kv cells that is not a multiple of 16 (the cache array exactly that long): the vectorised
+    one-row path still gives the scalar specification's bits (its last partial block of scores used to spill
+    into the next head's)."""
+    from kernels.flash_attn import _flash_attn_ext
+
+    q, k, v, kv_pos, q_pos = _case(3, 301, H, Hkv, D, seed=7)
+    want = np.empty((3, H * D), np.float32)
+    kv_pos[:] = np.arange(301)  # every cell used: the last visible cell is the view's last
+    q_pos[:] = 300
+    _flash_attn_ext(q, k, v, 301, kv_pos, q_pos, np.float32(0.125), want, PATH_ONE_ROW, 1)
+    for threads in (1, 2):
+        got = _run((q, k, v, kv_pos, q_pos), 301, False, threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+
+
 def test_no_query_rows():
     for llama_order in (False, True):
         assert _run(_case(0, 256), 256, llama_order, 2).shape == (0, 4 * 64)
