@@ -555,3 +555,99 @@ def unpack_nibbles64(typingctx, dst, doff, src, soff):
         return context.get_dummy_value()
 
     return types.none(dst, doff, src, soff), codegen
+
+
+# pieces of the single-token Q4_K dot on zmm (q4_k_gemm512.row_dot_z)
+
+V4F32 = Vec("f", 32, 4)
+
+
+def _make_scales8_pair(c):
+    @intrinsic
+    def scales(typingctx, arr, offset):
+        """<32 x i16> [byte 2c x16 | byte 2c+1 x16] of the 8 unsigned bytes at offset (one broadcast load; the
+        four pairs of a block share it, each then one in-lane vpshufb)."""
+        if not (_is_array(arr) and isinstance(offset, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            _wide(builder)
+            p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            q = builder.load(builder.bitcast(p, _i64.as_pointer()), align=1)
+            v = builder.bitcast(_splat(builder, q, ir.VectorType(_i64, 8)), V64I8.llvm_type())
+            z = ir.Constant(V64I8.llvm_type(), None)
+            # byte i: word i // 2 of lane i // 16; low byte from the same 128-bit lane of v, high byte zero
+            mask = [(16 * (i // 16) + 2 * c + (i // 32)) if i % 2 == 0 else 64 + i for i in range(64)]
+            s = builder.shuffle_vector(v, z, ir.Constant(ir.VectorType(_i32, 64), mask))
+            return builder.bitcast(s, V32I16.llvm_type())
+
+        return V32I16(arr, offset), codegen
+
+    return scales
+
+
+scales8_pair0, scales8_pair1, scales8_pair2, scales8_pair3 = (_make_scales8_pair(c) for c in range(4))
+
+
+@intrinsic
+def d_dmin_y(typingctx, arr, offset, dy):
+    """<4 x float> [fp32(d * dy), fp32(dmin * dy), 0, 0] for the fp16 pair (d, dmin) at offset."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(dy, types.Float)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        h = builder.load(builder.bitcast(p, ir.VectorType(ir.HalfType(), 2).as_pointer()), align=1)
+        f = builder.fpext(h, ir.VectorType(ir.FloatType(), 2))
+        f4 = builder.shuffle_vector(f, ir.Constant(f.type, None), ir.Constant(ir.VectorType(_i32, 4), [0, 1, 2, 3]))
+        y = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float32), V4F32.llvm_type())
+        return builder.fmul(f4, y)
+
+    return V4F32(arr, offset, dy), codegen
+
+
+@intrinsic
+def fma_i_m(typingctx, acc, vi, vm, dd):
+    """acc + [(float)sum(vi), (float)sum(vm), 0, 0] * dd, each lane one fused multiply-add (as fma_f32): the
+    super-block's acc = fma(I, d, acc) and accm = fma(M, dmin, accm) side by side. vi and vm <8 x i32>: lanes of
+    the integer sums I and M, reduced together (integers: any order)."""
+    if not (acc == V4F32 and vi == V8I32 and vm == V8I32 and dd == V4F32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+
+        def mask(*ix):
+            return ir.Constant(ir.VectorType(_i32, len(ix)), list(ix))
+
+        i8 = args[1]
+        i4 = builder.add(builder.shuffle_vector(i8, i8, mask(0, 1, 2, 3)), builder.shuffle_vector(i8, i8, mask(4, 5, 6, 7)))
+        m = args[2]
+        m4 = builder.add(builder.shuffle_vector(m, m, mask(0, 1, 2, 3)), builder.shuffle_vector(m, m, mask(4, 5, 6, 7)))
+        t = builder.add(builder.shuffle_vector(i4, m4, mask(0, 2, 4, 6)), builder.shuffle_vector(i4, m4, mask(1, 3, 5, 7)))
+        u = builder.add(builder.shuffle_vector(t, t, mask(0, 2, 0, 2)), builder.shuffle_vector(t, t, mask(1, 3, 1, 3)))
+        f = builder.sitofp(u, V4F32.llvm_type())
+        return _call(builder, "llvm.fma.v4f32", V4F32.llvm_type(), [f, args[3], args[0]])
+
+    return V4F32(acc, vi, vm, dd), codegen
+
+
+@intrinsic
+def zero4f(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(V4F32.llvm_type(), None)
+
+    return V4F32(), codegen
+
+
+@intrinsic
+def lane0_minus_lane1(typingctx, a):
+    """a[0] - a[1] (float32)."""
+    if a != V4F32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fsub(builder.extract_element(args[0], ir.Constant(_i32, 0)),
+                            builder.extract_element(args[0], ir.Constant(_i32, 1)))
+
+    return types.float32(a), codegen

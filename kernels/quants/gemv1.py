@@ -165,7 +165,7 @@ def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
     """Rows [n0, n1) of a K-quant weight; each block prefetches the bytes pf ahead (see _simd.prefetch_span)."""
     if F == 0:
         for n in range(n0, n1):
-            out[0, n] = q4_k.row_dot_x86(w, n, qp, 0, yd, bs32, False, pf)
+            out[0, n] = q4_k.row_dot_gemv(w, n, qp, 0, yd, bs32, pf)
     else:
         for n in range(n0, n1):
             out[0, n] = q6_k.row_dot_x86(w, n, qs, bsums, yd, 0, pf)

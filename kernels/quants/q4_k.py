@@ -27,6 +27,9 @@ both (SB); matmul uses the gemv order for every token unless asked for llama.cpp
 and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., scale) -> int32 lanes whose
 sum is the chunk's integer sum. Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
 |I| <= 8*63*32*15*127 < 2^31 (its float conversion rounds as ggml's vcvtdq2ps).
+gemv with AVX512BW (row_dot_z): the same per-block sequence on zmm, two sub-blocks per instruction as in
+_gemm_z, the scales expanded from one broadcast load, and acc / accm updated as two lanes of one vector (about
+a third fewer instructions a block; benchmarks/RESULTS.md).
 gemm with AVX512-VNNI and T >= V_MIN_TOKENS (_gemm_vnni): tokens in the lanes - 4 weights of a row broadcast
 against 4 quants of 16 tokens per vpdpbusd, scales applied per 16 weights by vpdpwssd, so the integer sums
 come out per token with no horizontal reduction and the float FMAs run 16 tokens per instruction (about twice
@@ -53,7 +56,7 @@ from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, 
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8,
                     splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
-from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z
+from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, zeros_aligned
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q4_K][1]  # 144
@@ -157,10 +160,19 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
     return np.float32(acc - accm)
 
 
+@jit
+def row_dot_gemv(w, n, qp, t, yd, bs32, PF):
+    """The single-token dot: row_dot_x86's per-block order, on zmm where AVX512BW is (row_dot_z, the same bits).
+    numba prunes the branch a CPU does not take (a global constant)."""
+    if HAS_AVX512:
+        return row_dot_z(w, n, qp, t, yd, bs32, PF)
+    return row_dot_x86(w, n, qp, t, yd, bs32, False, PF)
+
+
 @pjit
 def _gemv(w, qp, yd, bs32, out):
     for n in prange(w.shape[0]):
-        out[0, n] = row_dot_x86(w, n, qp, 0, yd, bs32, False, kquants.GEMV_PF)
+        out[0, n] = row_dot_gemv(w, n, qp, 0, yd, bs32, kquants.GEMV_PF)
 
 
 ROW_TILE = 16

@@ -16,7 +16,10 @@ from ._simd512 import (as16z, bcast4z, cvt_f32z, dpbusd_z, ffma_z, fmul_z, load1
 from ._simd import load16x16
 from ._simd512 import (add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16, load64, maddubs_z, perm32_store,
                        prefetchw, scales2x16, splat8z, srl16x2, store8x32, sums8x8, zero16x32)
-from ._simd import cvt_f32, dpwssd, ffma, fmul, hsum32, load8xf32, splatf, store8xf32, zero32
+from ._simd import (cvt_f32, dpwssd, ffma, fmul, hsum32, load8_i16_as_i32, load8_u8_as_i32, load8xf32, mul32,
+                    prefetch_span, splatf, store8xf32, zero32)
+from ._simd512 import (d_dmin_y, fma_i_m, lane0_minus_lane1, scales8_pair0, scales8_pair1, scales8_pair2, scales8_pair3,
+                       zero4f)
 
 PACKED_BYTES = 148  # a repacked Q4_K block (q4_k's docstring: qs permuted, 8 scales, 8 mins, d, dmin)
 
@@ -93,6 +96,32 @@ def _block_sum_z(q0, q1, q2, q3, s0, s1, s2, s3, y0, y1, y2, y3):
     """<8 x i32> whose lanes add up to the block's integer sum I (chunk vectors of one row, folded)."""
     return fold16(add32z(dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q0, y0), s0), maddubs_z(q1, y1), s1),
                          dpwssd_z(dpwssd_z(zero16x32(), maddubs_z(q2, y2), s2), maddubs_z(q3, y3), s3)))
+
+
+@jit
+def row_dot_z(w, n, qp, t, yd, bs32, PF=0):
+    """row_dot_x86's per-block order (ggml_gemv_q4_K_8x8_q8_K) on zmm, with fewer instructions per block: the
+    nibbles as in _unpack_z, the four scale vectors from one broadcast load, I summed by _block_sum_z, and the
+    two float chains (acc = fma(I, dx*dy, acc), accm = fma(M, dminx*dy, accm)) as two lanes of one vector,
+    reduced together. The same I, M and FMAs. PF as there."""
+    nb = yd.shape[1]
+    K = nb * QK_K
+    rb = w.shape[1]
+    m0f = splat8z(15)
+    acc = zero4f()  # [acc, accm, -, -]
+    for b in range(nb):
+        o = n * rb + b * PACKED_BYTES
+        if PF > 0:
+            prefetch_span(w, o + PF, PACKED_BYTES)
+        oa = t * K + b * QK_K
+        v = _block_sum_z(and64(srl16x2(bcast32x2(w, o), 0, 4), m0f), and64(srl16x2(bcast32x2(w, o + 32), 0, 4), m0f),
+                         and64(srl16x2(bcast32x2(w, o + 64), 0, 4), m0f), and64(srl16x2(bcast32x2(w, o + 96), 0, 4), m0f),
+                         scales8_pair0(w, o + 128), scales8_pair1(w, o + 128), scales8_pair2(w, o + 128),
+                         scales8_pair3(w, o + 128),
+                         load64(qp, oa), load64(qp, oa + 64), load64(qp, oa + 128), load64(qp, oa + 192))
+        m = mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b)))
+        acc = fma_i_m(acc, v, m, d_dmin_y(w, o + 144, yd[t, b]))
+    return lane0_minus_lane1(acc)
 
 
 @pjit
