@@ -507,7 +507,7 @@ def test_progress_goes_to_stderr():
 STUB = """#!{python}
 import json, sys
 args = sys.argv[1:]
-open({log!r}, "w").write(json.dumps(args))
+open({log!r}, "a").write(json.dumps(args) + "\\n")
 rows = json.load(open({fixture!r}))
 for row in rows:
     row["model_filename"] = args[args.index("-m") + 1]
@@ -524,10 +524,13 @@ def test_compare_runs_llama_bench_with_same_parameters(tmp_path):
     args = ["-m", str(TINY), "-p", "128", "-n", "32", "-t", "1", "-r", "1", "--no-roofline", "--compare", str(stub)]
     r = _invoke(args + ["-o", "json"])
     assert r.exit_code == 0, r.stderr
-    argv = json.loads(log.read_text())
-    pairs = dict(zip(argv[::2], argv[1::2]))  # every llama-bench flag here takes one value
-    assert pairs["-m"] == str(TINY) and pairs["-p"] == "128" and pairs["-n"] == "32" and pairs["-t"] == "1"
-    assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "auto" and pairs["-ctk"] == "f16"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    # one llama-bench run per row, right after synapse's run of that row, with that row's test only
+    assert [(c[c.index("-p") + 1], c[c.index("-n") + 1]) for c in calls] == [("128", "0"), ("0", "32")]
+    for argv in calls:
+        pairs = dict(zip(argv[::2], argv[1::2]))  # every llama-bench flag here takes one value
+        assert pairs["-m"] == str(TINY) and pairs["-t"] == "1" and pairs["-d"] == "0" and pairs["-ub"] == "512"
+        assert pairs["-r"] == "1" and pairs["-o"] == "json" and pairs["-fa"] == "auto" and pairs["-ctk"] == "f16"
     ref = {(x["n_prompt"], x["n_gen"]): x["avg_ts"] for x in json.loads(fixture.read_text())}
     ours = json.loads(r.stdout)
     for o in ours:
@@ -539,6 +542,24 @@ def test_compare_runs_llama_bench_with_same_parameters(tmp_path):
     rows = _md_rows(r.stdout)
     assert rows[0][-1] == "vs llama.cpp"
     assert len(rows) == 4 and all(re.fullmatch(r"\d+\.\d\dx", row[-1]) for row in rows[2:])
+
+
+def test_compare_runs_each_row_alone():
+    """The llama-bench command line of each row (-p, -n, -pg, depth, threads, model) selects exactly that row."""
+    from synapse_cli.bench.compare import llama_bench_args, row_params
+
+    p = B.BenchParams(models=["a.gguf", "b.gguf"], n_threads=[1, 2], n_prompt=[128], n_gen=[32], n_pg=[(64, 16)],
+                      n_depth=[0, 256])
+    insts = B.make_instances(p)
+    assert len(insts) == 2 * 2 * 2 * 3
+    for inst in insts:
+        argv = llama_bench_args(row_params(p, inst))
+        pairs = dict(zip(argv[::2], argv[1::2]))
+        pg = (inst.n_prompt, inst.n_gen) if inst.n_prompt and inst.n_gen else None
+        assert (pairs["-m"], pairs["-t"], pairs["-d"]) == (inst.model, str(inst.n_threads), str(inst.n_depth))
+        assert pairs.get("-pg") == (f"{pg[0]},{pg[1]}" if pg else None)
+        assert (pairs["-p"], pairs["-n"]) == (("0", "0") if pg else (str(inst.n_prompt), str(inst.n_gen)))
+        assert B.make_instances(row_params(p, inst)) == [inst]
 
 
 def test_compare_failure_is_one_line(tmp_path):

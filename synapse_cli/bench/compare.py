@@ -1,12 +1,17 @@
-"""--compare: run a real llama-bench with the same matrix (JSON output) and add its speed and the ratio."""
+"""--compare: run a real llama-bench on each test of the matrix (JSON output) and add its speed and the ratio.
+
+llama-bench runs once per row, right after synapse's run of that row: on a shared machine the speed of both
+drifts by 10-30 % within a minute (benchmarks/RESULTS.md), so a ratio is only fair between runs close in time.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from typing import Iterable
 
-from .matrix import BenchParams
+from .matrix import BenchParams, Instance
 from .results import Result
 
 # ------------------------------------------------------------------------------------------------
@@ -33,6 +38,16 @@ def llama_bench_args(p: BenchParams) -> list[str]:
     if p.progress:
         args.append("--progress")
     return args
+
+
+def row_params(p: BenchParams, inst: Instance) -> BenchParams:
+    """p restricted to the one test `inst` (llama-bench's -p / -n / -pg with a single value, 0 for the others)."""
+    pp, tg = inst.n_prompt, inst.n_gen
+    return dataclasses.replace(
+        p, models=[inst.model], n_threads=[inst.n_threads], n_prompt=[pp] if pp and not tg else [],
+        n_gen=[tg] if tg and not pp else [], n_pg=[(pp, tg)] if pp and tg else [], n_depth=[inst.n_depth],
+        n_batch=[inst.n_batch], n_ubatch=[inst.n_ubatch], cache_types=[(inst.type_k, inst.type_v)],
+        flash_attn=[inst.flash_attn])
 
 
 def compare_key(d: dict, with_fa: bool = True) -> tuple:

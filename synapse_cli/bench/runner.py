@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 
 import numpy as np
 
-from .compare import add_compare, run_llama_bench
+from .compare import add_compare, row_params, run_llama_bench
 from .matrix import BenchParams, Instance, make_instances
 from .printers import make_printer
 from .results import (COMPARE_FIELDS, FIELDS, FIXED_FIELDS, ROOFLINE_FIELDS, STATS_FIELDS, Result, build_commit,
@@ -331,15 +331,6 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
     if not insts:
         raise ValueError("no tests to run (every -p, -n and -pg is 0)")
 
-    ref = None
-    if p.compare:
-        if p.progress:
-            print(f"synapse-bench: running {p.compare} for --compare", file=err, flush=True)
-        ref = run_llama_bench(p.compare, p)
-        if not ref:
-            print(f"warning: --compare: {p.compare} printed no results; the 'vs llama.cpp' column stays empty",
-                  file=err, flush=True)
-
     bw: dict[int, float] = {}
     notes: list[str] = []
     with Progress(p.progress, err, live_progress) as prog:
@@ -372,7 +363,15 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
             res = make_result(inst, lm, samples, test_time, env)
             if p.roofline:
                 add_roofline(res, inst, lm, bw.get(inst.n_threads))
-            if ref is not None:
+            if p.compare:  # llama-bench on the same test, now (compare.py: why per row)
+                if p.progress:
+                    print(f"synapse-bench: running {p.compare} for --compare ({inst.test_name})", file=err,
+                          flush=True)
+                with prog.paused():  # its stderr passes through
+                    ref = run_llama_bench(p.compare, row_params(p, inst))
+                if not ref:
+                    print(f"warning: --compare: {p.compare} printed no result for {inst.test_name}; its 'vs "
+                          "llama.cpp' cell stays empty", file=err, flush=True)
                 add_compare(res, ref, len(p.flash_attn) > 1)
             results.append(res)
             with prog.paused():

@@ -3,8 +3,8 @@
 Flags follow tools/llama-bench/llama-bench.cpp: -m (repeatable or comma list), -p, -n, -pg P,N, -d, -b,
 -ub, -t, -ctk, -ctv (each repeatable, comma lists and ranges `first-last[+step|*mult]` allowed), -r,
 -o md|csv|json|jsonl|sql, --no-warmup, --progress. Additions: `--no-roofline` (skip the bandwidth
-probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-bench with the same
-parameters first and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
+probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-bench on each test right
+after synapse's run of it, and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
 The method and the output are described in synapse_cli/bench/ and benchmarks/RESULTS.md.
 
 Deviation: synapse's KV cache needs the same K and V type, so when only one of -ctk/-ctv is given the
@@ -80,7 +80,7 @@ def available_threads() -> tuple[int, int]:
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up run before each test.")
 @click.option("--progress", is_flag=True, help="Print llama-bench style progress lines on stderr.")
 @click.option("--no-roofline", is_flag=True, help="Skip the read-bandwidth probe and the roofline column.")
-@click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench with the same parameters and add a 'vs llama.cpp' column.")
+@click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench on each test right after synapse's run of it and add a 'vs llama.cpp' column.")
 @click.option("--probe-mib", default=1024, type=int, hidden=True, help="Size of the bandwidth probe buffer (MiB).")
 def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, flash_attn, n_threads, reps,
             output, no_warmup, progress, no_roofline, compare, probe_mib):

@@ -1,0 +1,81 @@
+"""Flash attention's one-row kernel (the default path of every token) at two builds in ONE process: this
+tree's kernels/flash_attn.py against the same file of an older commit, alternating calls, best of N. On a
+noisy VM, separate processes differ by more than a kernel change; side by side they see the same machine.
+
+    python benchmarks/attention_ab.py --base 8206d73 [--cases smol,smol_d,q15,q15_d,smol1,q151]
+
+The base commit's kernels/flash_attn.py and kernels/attention.py are written to a temporary directory as the
+modules fa_base / attn_base (the rest of kernels/ is this tree's). Cases (heads, KV heads, head dim, tokens,
+cells already in the cache): SmolLM2 9/3/64 and Qwen2.5-1.5B 12/2/128, a 512-token prompt at depth 0 and
+2048, and one token at depth 700. Prints ms per call and whether the two builds gave the same bits.
+"""
+
+from __future__ import annotations
+
+from _common import REPO  # first: the repository root on the import path
+
+import argparse
+import importlib
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CASES = {  # name: (H, Hkv, D, T, depth)
+    "smol": (9, 3, 64, 512, 0), "smol_d": (9, 3, 64, 512, 2048), "smol1": (9, 3, 64, 1, 700),
+    "q15": (12, 2, 128, 512, 0), "q15_d": (12, 2, 128, 512, 2048), "q151": (12, 2, 128, 1, 700),
+}
+
+
+def _base_modules(rev: str, into: Path):
+    """fa_base (rev's kernels/flash_attn.py, importing attn_base = rev's kernels/attention.py)."""
+    def show(path):
+        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+    (into / "attn_base.py").write_text(show("kernels/attention.py"))
+    (into / "fa_base.py").write_text(show("kernels/flash_attn.py").replace("from kernels.attention import",
+                                                                          "from attn_base import"))
+    sys.path.insert(0, str(into))
+    return importlib.import_module("fa_base")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="git revision to compare with")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    from kernels import flash_attn as head
+    from kernels.order import Order
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _base_modules(args.base, Path(tmp))
+        rng = np.random.default_rng(0)
+        print(f"# {' '.join(sys.argv)}, {time.strftime('%H:%M', time.gmtime())} UTC, ms per call (best of N)")
+        for name in args.cases.split(","):
+            H, G, D, T, depth = CASES[name]
+            n_kv = depth + T  # not a multiple of 16 for the one-token cases
+            q = rng.standard_normal((T, H, D)).astype(np.float32) * 2
+            k16 = rng.standard_normal((n_kv, G, D)).astype(np.float16).view(np.uint16)
+            v16 = rng.standard_normal((n_kv, G, D)).astype(np.float16).view(np.uint16)
+            kv_pos = np.arange(n_kv, dtype=np.int32)
+            q_pos = np.arange(depth, depth + T, dtype=np.int32)
+            outs = {m: np.zeros((T, H * D), np.float32) for m in (base, head)}
+            best = {m: float("inf") for m in outs}
+            for _ in range(7 if T > 1 else 300):
+                for m, out in outs.items():
+                    t0 = time.perf_counter()
+                    m.flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, 0.125, out, Order.SINGLE, args.threads)
+                    best[m] = min(best[m], time.perf_counter() - t0)
+            same = np.array_equal(outs[base].view(np.uint32), outs[head].view(np.uint32))
+            print(f"{name:7s} H/Hkv/D {H}/{G}/{D} T {T} depth {depth}: base {best[base] * 1e3:8.3f}  "
+                  f"this tree {best[head] * 1e3:8.3f}  ({best[head] / best[base]:.2f}x time)  "
+                  f"{'same bits' if same else 'DIFFERENT bits'}")
+
+
+if __name__ == "__main__":
+    main()
