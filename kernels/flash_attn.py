@@ -126,10 +126,10 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
     cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per head
     the online softmax in ggml's order, scalar, over the visible cells (its expf calls off the accumulator's
     chain), and VKQ as F16 values in float32 registers, two slabs of 64 dimensions at a time (eight
-    independent 16-lane chains, _vkq_slabs2) over all cells. Same bits as _row_chunk, for any head range. Scratch: qv (>= n, D), sc (>= n *
-    n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the visible cells; msv, vsv (>= n, >=
-    n_eff) ms and vs of each visible cell per head; sinv (>= n,) 1/S per head; buf (768,) the scores'
-    reduction scratch. out must be C-contiguous."""
+    independent 16-lane chains, _vkq_slabs2) over all cells. Same bits as _row_chunk, for any head range.
+    Scratch: qv (>= n, D), sc (>= n * n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the
+    visible cells; msv, vsv (>= n, >= n_eff) ms and vs of each visible cell per head; sinv (>= n,) 1/S per
+    head; buf (768,) the scores' reduction scratch. out must be C-contiguous."""
     n_kv, G, D = k16.shape
     H = q.shape[1]
     h0 = g * (H // G) + j0
@@ -186,88 +186,55 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
         _vkq_slab(v16, vis, nv, G * D, g * D, k // per, 64 * (k % per), msv, vsv, sinv, out, t * H * D + h0 * D)
 
 
+@ijit
+def _vkq_step(v16, v0, ms, vs, a0, a1, a2, a3):
+    """One cell of ggml's F16 accumulator for 64 dimensions in four registers: VKQ = fp16(VKQ * ms) where ms != 1
+    (ms == 1 leaves F16 values unchanged), then VKQ = fp16(fma(V, vs, VKQ)) with V at v16's flat offset v0."""
+    if ms != 1.0:
+        vm = splat16(ms)
+        a0 = round_f16_16(mul16(a0, vm))
+        a1 = round_f16_16(mul16(a1, vm))
+        a2 = round_f16_16(mul16(a2, vm))
+        a3 = round_f16_16(mul16(a3, vm))
+    vv = splat16(vs)
+    a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
+    a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
+    a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
+    a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
+    return a0, a1, a2, a3
+
+
+@ijit
+def _vkq_store(out, o, s_inv, a0, a1, a2, a3):
+    """out[o:o+64] = VKQ * (1/S)."""
+    v = splat16(s_inv)
+    store16(out, o, mul16(a0, v))
+    store16(out, o + 16, mul16(a1, v))
+    store16(out, o + 32, mul16(a2, v))
+    store16(out, o + 48, mul16(a3, v))
+
+
 @jit
 def _vkq_slabs2(v16, vis, nv, GD, gD, ja, da, jb, db, msv, vsv, sinv, out, o):
-    """VKQ of two 64-dimension slabs (head ja from dimension da, head jb from db) over the visible cells:
-    VKQ = fp16(VKQ * ms) where ms != 1 (ms == 1 leaves F16 values unchanged), VKQ = fp16(fma(V, vs, VKQ));
-    out = VKQ * (1/S). V of cell vis[i] at vis[i] * GD + gD; out of head j at o + j * 64 * (D/64)."""
+    """VKQ of two 64-dimension slabs (head ja from dimension da, head jb from db) over the visible cells, each
+    cell by _vkq_step, then out = VKQ * (1/S). V of cell vis[i] at vis[i] * GD + gD; out of head j at o + j * D."""
     D = v16.shape[2]
-    a0 = zero16()
-    a1 = zero16()
-    a2 = zero16()
-    a3 = zero16()
-    b0 = zero16()
-    b1 = zero16()
-    b2 = zero16()
-    b3 = zero16()
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero16()
     for i in range(nv):
         v0 = vis[i] * GD + gD
-        ma = msv[ja, i]
-        if ma != 1.0:
-            vm = splat16(ma)
-            a0 = round_f16_16(mul16(a0, vm))
-            a1 = round_f16_16(mul16(a1, vm))
-            a2 = round_f16_16(mul16(a2, vm))
-            a3 = round_f16_16(mul16(a3, vm))
-        mb = msv[jb, i]
-        if mb != 1.0:
-            vm = splat16(mb)
-            b0 = round_f16_16(mul16(b0, vm))
-            b1 = round_f16_16(mul16(b1, vm))
-            b2 = round_f16_16(mul16(b2, vm))
-            b3 = round_f16_16(mul16(b3, vm))
-        va = splat16(vsv[ja, i])
-        vb = splat16(vsv[jb, i])
-        a0 = round_f16_16(fma16(load16(v16, v0 + da), va, a0))
-        a1 = round_f16_16(fma16(load16(v16, v0 + da + 16), va, a1))
-        a2 = round_f16_16(fma16(load16(v16, v0 + da + 32), va, a2))
-        a3 = round_f16_16(fma16(load16(v16, v0 + da + 48), va, a3))
-        b0 = round_f16_16(fma16(load16(v16, v0 + db), vb, b0))
-        b1 = round_f16_16(fma16(load16(v16, v0 + db + 16), vb, b1))
-        b2 = round_f16_16(fma16(load16(v16, v0 + db + 32), vb, b2))
-        b3 = round_f16_16(fma16(load16(v16, v0 + db + 48), vb, b3))
-    oa = o + ja * D + da
-    va = splat16(sinv[ja])
-    store16(out, oa, mul16(a0, va))
-    store16(out, oa + 16, mul16(a1, va))
-    store16(out, oa + 32, mul16(a2, va))
-    store16(out, oa + 48, mul16(a3, va))
-    ob = o + jb * D + db
-    vb = splat16(sinv[jb])
-    store16(out, ob, mul16(b0, vb))
-    store16(out, ob + 16, mul16(b1, vb))
-    store16(out, ob + 32, mul16(b2, vb))
-    store16(out, ob + 48, mul16(b3, vb))
+        a0, a1, a2, a3 = _vkq_step(v16, v0 + da, msv[ja, i], vsv[ja, i], a0, a1, a2, a3)
+        b0, b1, b2, b3 = _vkq_step(v16, v0 + db, msv[jb, i], vsv[jb, i], b0, b1, b2, b3)
+    _vkq_store(out, o + ja * D + da, sinv[ja], a0, a1, a2, a3)
+    _vkq_store(out, o + jb * D + db, sinv[jb], b0, b1, b2, b3)
 
 
 @jit
 def _vkq_slab(v16, vis, nv, GD, gD, j, d, msv, vsv, sinv, out, o):
     """_vkq_slabs2 for one slab (the last of an odd count)."""
-    D = v16.shape[2]
-    a0 = zero16()
-    a1 = zero16()
-    a2 = zero16()
-    a3 = zero16()
+    a0 = a1 = a2 = a3 = zero16()
     for i in range(nv):
-        v0 = vis[i] * GD + gD + d
-        ms = msv[j, i]
-        if ms != 1.0:
-            vm = splat16(ms)
-            a0 = round_f16_16(mul16(a0, vm))
-            a1 = round_f16_16(mul16(a1, vm))
-            a2 = round_f16_16(mul16(a2, vm))
-            a3 = round_f16_16(mul16(a3, vm))
-        vv = splat16(vsv[j, i])
-        a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
-        a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
-        a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
-        a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
-    oa = o + j * D + d
-    vv = splat16(sinv[j])
-    store16(out, oa, mul16(a0, vv))
-    store16(out, oa + 16, mul16(a1, vv))
-    store16(out, oa + 32, mul16(a2, vv))
-    store16(out, oa + 48, mul16(a3, vv))
+        a0, a1, a2, a3 = _vkq_step(v16, vis[i] * GD + gD + d, msv[j, i], vsv[j, i], a0, a1, a2, a3)
+    _vkq_store(out, o + j * v16.shape[2] + d, sinv[j], a0, a1, a2, a3)
 
 
 @jit

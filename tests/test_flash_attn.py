@@ -100,6 +100,9 @@ def test_one_row_kernel_over_a_view_of_any_length(H, Hkv, D):
     for threads in (1, 2):
         got = _run((q, k, v, kv_pos, q_pos), 301, False, threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+    wide = np.zeros((3, 2 * H * D), np.float32)  # a non-contiguous output: every other column
+    flash_attn_ext(q, k, v, 301, kv_pos, q_pos, 0.125, wide[:, ::2], Order.SINGLE, 2)
+    assert np.array_equal(wide[:, ::2].view(np.uint32), want.view(np.uint32)) and not wide[:, 1::2].any()
 
 
 def test_no_query_rows():

@@ -620,24 +620,20 @@ def fma_i_m(typingctx, acc, vi, vm, dd):
         def mask(*ix):
             return ir.Constant(ir.VectorType(_i32, len(ix)), list(ix))
 
-        i8 = args[1]
-        i4 = builder.add(builder.shuffle_vector(i8, i8, mask(0, 1, 2, 3)), builder.shuffle_vector(i8, i8, mask(4, 5, 6, 7)))
-        m = args[2]
-        m4 = builder.add(builder.shuffle_vector(m, m, mask(0, 1, 2, 3)), builder.shuffle_vector(m, m, mask(4, 5, 6, 7)))
-        t = builder.add(builder.shuffle_vector(i4, m4, mask(0, 2, 4, 6)), builder.shuffle_vector(i4, m4, mask(1, 3, 5, 7)))
-        u = builder.add(builder.shuffle_vector(t, t, mask(0, 2, 0, 2)), builder.shuffle_vector(t, t, mask(1, 3, 1, 3)))
+        def pairs(a, b, lo, hi):  # lanes a[lo] + a[hi] (b: the second source's lanes follow a's)
+            return builder.add(builder.shuffle_vector(a, b, mask(*lo)), builder.shuffle_vector(a, b, mask(*hi)))
+
+        i4 = pairs(args[1], args[1], (0, 1, 2, 3), (4, 5, 6, 7))
+        m4 = pairs(args[2], args[2], (0, 1, 2, 3), (4, 5, 6, 7))
+        t = pairs(i4, m4, (0, 2, 4, 6), (1, 3, 5, 7))  # [i0+i1, i2+i3, m0+m1, m2+m3]
+        u = pairs(t, t, (0, 2, 0, 2), (1, 3, 1, 3))  # [I, M, I, M]
         f = builder.sitofp(u, V4F32.llvm_type())
         return _call(builder, "llvm.fma.v4f32", V4F32.llvm_type(), [f, args[3], args[0]])
 
     return V4F32(acc, vi, vm, dd), codegen
 
 
-@intrinsic
-def zero4f(typingctx):
-    def codegen(context, builder, sig, args):
-        return ir.Constant(V4F32.llvm_type(), None)
-
-    return V4F32(), codegen
+zero4f = _make_zero(V4F32)
 
 
 @intrinsic

@@ -28,8 +28,8 @@ and per 32-byte chunk: vpmaddubsw(nibbles, activations) -> vpmaddwd/vpdpwssd(., 
 sum is the chunk's integer sum. Bounds: nibble*q8 pair <= 2*15*127 (no int16 saturation),
 |I| <= 8*63*32*15*127 < 2^31 (its float conversion rounds as ggml's vcvtdq2ps).
 gemv with AVX512BW (row_dot_z): the same per-block sequence on zmm, two sub-blocks per instruction as in
-_gemm_z, the scales expanded from one broadcast load, and acc / accm updated as two lanes of one vector (about
-a third fewer instructions a block; benchmarks/RESULTS.md).
+_gemm_z, the scales expanded from one broadcast load, and acc / accm updated as two lanes of one vector (~10 %
+faster than row_dot_x86 side by side: benchmarks/q4k_rowdot.py).
 gemm with AVX512-VNNI and T >= V_MIN_TOKENS (_gemm_vnni): tokens in the lanes - 4 weights of a row broadcast
 against 4 quants of 16 tokens per vpdpbusd, scales applied per 16 weights by vpdpwssd, so the integer sums
 come out per token with no horizontal reduction and the float FMAs run 16 tokens per instruction (about twice

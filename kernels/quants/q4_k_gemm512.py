@@ -114,10 +114,12 @@ def row_dot_z(w, n, qp, t, yd, bs32, PF=0):
         if PF > 0:
             prefetch_span(w, o + PF, PACKED_BYTES)
         oa = t * K + b * QK_K
-        v = _block_sum_z(and64(srl16x2(bcast32x2(w, o), 0, 4), m0f), and64(srl16x2(bcast32x2(w, o + 32), 0, 4), m0f),
-                         and64(srl16x2(bcast32x2(w, o + 64), 0, 4), m0f), and64(srl16x2(bcast32x2(w, o + 96), 0, 4), m0f),
-                         scales8_pair0(w, o + 128), scales8_pair1(w, o + 128), scales8_pair2(w, o + 128),
-                         scales8_pair3(w, o + 128),
+        q0 = and64(srl16x2(bcast32x2(w, o), 0, 4), m0f)  # [sub-block 2c | 2c+1] of chunk c, as _unpack_z
+        q1 = and64(srl16x2(bcast32x2(w, o + 32), 0, 4), m0f)
+        q2 = and64(srl16x2(bcast32x2(w, o + 64), 0, 4), m0f)
+        q3 = and64(srl16x2(bcast32x2(w, o + 96), 0, 4), m0f)
+        v = _block_sum_z(q0, q1, q2, q3, scales8_pair0(w, o + 128), scales8_pair1(w, o + 128),
+                         scales8_pair2(w, o + 128), scales8_pair3(w, o + 128),
                          load64(qp, oa), load64(qp, oa + 64), load64(qp, oa + 128), load64(qp, oa + 192))
         m = mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b)))
         acc = fma_i_m(acc, v, m, d_dmin_y(w, o + 144, yd[t, b]))

@@ -24,9 +24,9 @@ Mirrors tools/llama-bench/llama-bench.cpp (llama.cpp commit 0c1e570):
 
 Beyond llama-bench: a `roofline` figure for tg tests (bytes read per generated token times t/s, as a
 share of this machine's read bandwidth measured by `read_bandwidth`) and `--compare`, which runs a real
-llama-bench on each test right after synapse's run of it and adds the speed ratio. Synapse-only fields are appended after
-llama-bench's in md/csv/json/jsonl; the sql output keeps llama-bench's exact table so it can be
-appended to a llama-bench database.
+llama-bench on each test right after synapse's run of it and adds the speed ratio. Synapse-only fields are
+appended after llama-bench's in md/csv/json/jsonl; the sql output keeps llama-bench's exact table so it can
+be appended to a llama-bench database.
 
 Decisions (documented in benchmarks/RESULTS.md): `backends` is "CPU" (synapse computes what ggml's CPU
 backend computes, so rows line up with llama-bench's CPU rows); `build_commit` is synapse's git commit;
