@@ -140,7 +140,7 @@ def test_compare_that_measures_nothing_is_warned_about(tmp_path):
     stub.write_text(f"#!{sys.executable}\nprint('[]')\n")
     stub.chmod(0o755)
     r = _run("bench", "-m", TINY, "-p", "8", "-n", "0", "-r", "1", "--no-roofline", "--compare", stub)
-    assert r.exit_code == 0 and "printed no results" in r.stderr
+    assert r.exit_code == 0 and "printed no result for pp8" in r.stderr
 
 
 # --- the process: version, exit codes, pipes, encodings -------------------------------------------------------------
