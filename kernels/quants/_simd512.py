@@ -248,6 +248,15 @@ perm32_store = _make_perm32_store(False)       # Q8_K quants in kquants.PERM ord
 V16F32 = Vec("f", 32, 16)
 
 
+def _bcast64(context, builder, sig, args, elem):
+    """<64 x i8>: the integer of type `elem` at byte offset args[1] of array args[0], repeated to 64 bytes (one
+    broadcast load); for intrinsics whose first two arguments are (arr, offset)."""
+    _wide(builder)
+    p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+    v = builder.load(builder.bitcast(p, elem.as_pointer()), align=1)
+    return builder.bitcast(_splat(builder, v, ir.VectorType(elem, 512 // elem.width)), V64I8.llvm_type())
+
+
 @intrinsic
 def bcast4z(typingctx, arr, offset):
     """The 4 bytes at `offset` repeated 16 times (<64 x i8>, vpbroadcastd / an embedded {1to16} broadcast)."""
@@ -255,10 +264,7 @@ def bcast4z(typingctx, arr, offset):
         return None
 
     def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        v = builder.load(builder.bitcast(p, _i32.as_pointer()), align=1)
-        return builder.bitcast(_splat(builder, v, ir.VectorType(_i32, 16)), V64I8.llvm_type())
+        return _bcast64(context, builder, sig, args, _i32)
 
     return V64I8(arr, offset), codegen
 
@@ -571,10 +577,7 @@ def _make_scales8_pair(c):
             return None
 
         def codegen(context, builder, sig, args):
-            _wide(builder)
-            p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            q = builder.load(builder.bitcast(p, _i64.as_pointer()), align=1)
-            v = builder.bitcast(_splat(builder, q, ir.VectorType(_i64, 8)), V64I8.llvm_type())
+            v = _bcast64(context, builder, sig, args, _i64)
             z = ir.Constant(V64I8.llvm_type(), None)
             # byte i: word i // 2 of lane i // 16; low byte from the same 128-bit lane of v, high byte zero
             mask = [(16 * (i // 16) + 2 * c + (i // 32)) if i % 2 == 0 else 64 + i for i in range(64)]
