@@ -564,6 +564,24 @@ def _flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, path, n_chunks
         _write(out, t, h, acc, S)
 
 
+@jit
+def on_calling_thread(T, H, D, n_kv, q_pos, n_chunks):
+    """Whether the one-row and tiled kernels run a batch of T query rows (positions q_pos) on the calling
+    thread: one chunk, or less work than ONE_ROW_PARALLEL_MIN_FLOPS."""
+    return n_chunks == 1 or T == 0 or T * H * min(n_kv, q_pos[T - 1] + 1) * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS
+
+
+@jit
+def one_row_attend(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks):
+    """flash_attn_ext's one-row path (head dimension a multiple of 64, out C-contiguous, scale float32) from
+    jitted code (kernels/layer.py); parts: head_parts(T, Hkv, H / Hkv, n_chunks)."""
+    T, H, D = q.shape
+    if on_calling_thread(T, H, D, n_kv, q_pos, n_chunks):
+        _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)
+    else:
+        _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks)
+
+
 def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SINGLE, n_threads=1):
     """out (T, H*D) = FLASH_ATTN_EXT of q (T, H, D) f32 over the first n_kv cells of k16 / v16 (n_ctx, Hkv, D)
     F16 bits; kv_pos (n_kv,) int32 position of each cell (-1: empty), q_pos (T,) int32; causal mask; the
@@ -578,7 +596,7 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
     T, H, D = q.shape
     n_chunks = max(1, int(n_threads))
     scale = np.float32(scale)
-    serial = n_chunks == 1 or T == 0 or T * H * min(n_kv, int(q_pos[-1]) + 1) * D * 4 < ONE_ROW_PARALLEL_MIN_FLOPS
+    serial = on_calling_thread(T, H, D, n_kv, q_pos, n_chunks)
     if path == PATH_ONE_ROW and D % 64 == 0:
         if serial:
             _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)

@@ -34,6 +34,7 @@ from .hparams import HParams, attn_temp_scale, load_hparams
 # hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb/
 TraceHook = Callable[[str, str, np.ndarray, list, str], None]
 
+_NO_BIAS = np.zeros(0, np.float32)  # a bias the model does not have (kernels/layer.py)
 
 
 @dataclass
@@ -64,6 +65,20 @@ class LayerWeights:
 
         self.qkv_gemv = FusedGemv.of(self.qkv)
         self.gate_up_gemv = FusedGemv.of(self.gate_up)
+        # the block's four products as those fused calls for kernels/layer.decode_block_for: their kernels' kinds
+        # and the rest of each call (None where a product has no fused call)
+        self.block_kinds = self.block_products = None
+        if None not in (self.qkv_gemv, self.gate_up_gemv, self.attn_output._solo, self.ffn_down._solo):
+            from kernels.layer import product_kind
+
+            calls = ((self.qkv_gemv.kern, self.qkv_gemv.pre, self.qkv_gemv.pf), self.attn_output._solo,
+                     (self.gate_up_gemv.kern, self.gate_up_gemv.pre, self.gate_up_gemv.pf), self.ffn_down._solo)
+            self.block_kinds = tuple(product_kind(kern) for kern, _, _ in calls)
+            self.block_products = tuple(a for _, pre, pf in calls for a in (pre, pf))
+        self.block_biases = tuple(_NO_BIAS if b is None else np.array(b, np.float32).reshape(-1) for b in (
+            self.attn_q_b, self.attn_k_b, self.attn_v_b, self.attn_output_b, self.ffn_gate_b, self.ffn_up_b,
+            self.ffn_down_b))
+
 
 
 class Model:
@@ -282,6 +297,9 @@ class Context:
         self.order = Order.LLAMA if not batch_invariant else Order.BATCHED if batched_kernels else Order.SINGLE
         # decode short batches token by token (set on a cold kernel cache, batch-invariant order only)
         self.single_token_batches = False
+        # one token's blocks as one jitted call each (kernels/layer.py, GraphOps.block); off on a cold kernel
+        # cache, whose helper compiles them for later runs (op by op gives the same bits)
+        self.one_call_blocks = True
         # flash attention: llama.cpp's FLASH_ATTN_EXT graph (kernels/flash_attn.py), whose V cache is not
         # transposed; off: the soft_max graph (kernels/attention.py)
         self.flash_attn = flash_attn
@@ -482,12 +500,19 @@ class Context:
         ops.norm(x, m.layers[0].attn_norm, cur, ("norm-0", "attn_norm-0"), "blk.0.attn_norm.weight")
         out_norm = None
         for il, L in enumerate(m.layers):
+            last = il == hp.n_layer - 1
+            if not last or want in ("all", "last") or want == 1:  # the block keeps its rows: maybe one call
+                normed = cur if not last else np.empty((T, E), dtype=np.float32)
+                if ops.block(il, L, x, cur, m.output_norm if last else m.layers[il + 1].attn_norm, normed, q, k,
+                             v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out):
+                    out_norm = normed if last else None
+                    continue
             # attention block: (its norm is done) Q/K/V with rope, KV cache, attention, output projection
             ops.qkv(il, L, cur, q, k, v, q_r, k_r)
             ops.attention(il, q_r, k_r, v.reshape(T, Hkv, D), kqv_out)
             ops.attn_out(il, L, kqv_out, attn_out)
             a_rows, x_rows, Tn = attn_out, x, T
-            if il == hp.n_layer - 1 and want != "all":
+            if last and want != "all":
                 if want == "none" and trace is None:
                     break
                 # only the rows whose logits are needed go on (llama.cpp's out_ids); a micro-batch without

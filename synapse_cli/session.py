@@ -60,9 +60,10 @@ def kernel_cache_is_cold() -> bool:
 def warm_up(ctx: Context, show_progress: bool = True, helper=None, batch_pending: bool = False) -> None:
     """Run one token through the model and forget it: compiles (or loads) every kernel once. `helper`: the
     cold-cache warm-up process (synapse_cli/warm.py) started with the model load: in the batch-invariant
-    order it compiles the one-token graph's products meanwhile (this process the other steps), and while the batch kernels are
-    pending (batch_pending: it, or an earlier run's helper, compiles them for later runs) short batches are
-    decoded token by token; in llama.cpp's batch order it compiles the batch kernels, and is waited for."""
+    order it compiles the one-token graph's products meanwhile (this process the other steps), and while the batch kernels
+    and the one-call blocks are pending (batch_pending: it, or an earlier run's helper, compiles them for later
+    runs) short batches are decoded token by token and single tokens op by op; in llama.cpp's batch order it
+    compiles the batch kernels, and is waited for."""
 
     def run():
         if helper is not None and ctx.batch_invariant:
@@ -75,6 +76,8 @@ def warm_up(ctx: Context, show_progress: bool = True, helper=None, batch_pending
                     step()
             ctx.reset()
             wait_one_token(helper)
+        if ctx.batch_invariant:
+            ctx.one_call_blocks = not batch_pending  # (compiled by the helper, after the batch kernels)
         ctx.decode([0])
         ctx.reset()
         if ctx.batch_invariant:

@@ -184,6 +184,96 @@ def test_cold_helper_announces_its_one_token_half_then_finishes():
     assert quiet.wait(timeout=60) == 0
 
 
+def _decode_one_by_one(model, tokens, monkeypatch, blocks: bool, cache: str = "f16", fa: bool = True,
+                       batch_invariant: bool = True):
+    """(logits of each token decoded alone, K caches, V caches, block calls) with one token's block in
+    one jitted call where it applies (blocks) or op by op everywhere."""
+    import kernels.layer
+    from synapse_cli.graph_ops import GraphOps
+
+    calls = []
+    real = kernels.layer.decode_block_for
+
+    def counted(*kinds):
+        block = real(*kinds)
+
+        def call(*args):
+            calls.append(1)
+            block(*args)
+        return call
+
+    monkeypatch.setattr(kernels.layer, "decode_block_for", counted)
+    if not blocks:
+        monkeypatch.setattr(GraphOps, "block", lambda self, *args: False)
+    ctx = Context(model, n_ctx=1024, cache_type_k=cache, cache_type_v=cache, flash_attn=fa,
+                  batch_invariant=batch_invariant)
+    logits = np.stack([ctx.decode([t]) for t in tokens])
+    monkeypatch.undo()
+    return logits, [k.copy() for k in ctx.k_cache], [v.copy() for v in ctx.v_cache], len(calls)
+
+
+LONG_PROMPT = [(7 * i * i + 3 * i + 11) % 1000 + 2 for i in range(140)]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-llama-Q6_K", "tiny-llama-Q4_0", "tiny-llama-Q4_1",
+                                  "tiny-llama-Q5_0", "tiny-llama-Q5_1", "tiny-llama-Q8_0", "tiny-qwen2-Q8_0",
+                                  "tiny-qwen2-Q4_K_M"])
+def test_one_call_blocks_equal_the_operations(name, monkeypatch):
+    """kernels/layer.decode_block_for, one token's block in one jitted call (the default decode path), gives the
+    bits of the op-by-op path: every token's logits and the caches, over 140 tokens (the one-row attention
+    leaves the calling thread from 128 cells at these shapes), at 1 and 2 threads, with qwen2's biases."""
+    model = _load(name)
+    for threads in (1, 2):
+        ref, ref_k, ref_v, n_ref = at_thread_counts(
+            lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=False), (threads,))[0]
+        got, ks, vs, n_got = at_thread_counts(
+            lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=True), (threads,))[0]
+        assert n_ref == 0 and n_got == len(LONG_PROMPT) * len(model.layers)
+        bad = np.argwhere(got != ref)
+        assert bad.size == 0, f"{threads} threads: logits differ first at (token, id) {bad[0]}"
+        for a, b, c, d in zip(ks, ref_k, vs, ref_v):
+            assert np.array_equal(a, b) and np.array_equal(c, d)
+
+
+@pytest.mark.parametrize("name,settings", [
+    ("tiny-llama-Q4_K_M", dict(fa=False)), ("tiny-llama-Q4_K_M", dict(cache="f32")),
+    ("tiny-llama-Q4_K_M", dict(cache="q8_0")), ("tiny-llama-F16", {}), ("tiny-llama-Q5_K_M", {}),
+    ("tiny-mistral3-Q4_K_M", {}), ("tiny-llama-Q4_K_M", dict(batch_invariant=False))])
+def test_blocks_left_to_the_operations(name, settings, monkeypatch):
+    """Where decode_block does not apply, one token runs op by op: the soft-max graph, an F32 or quantized cache,
+    products without a fused one-token kernel (F16, Q5_K), mistral3's attention temperature, and llama.cpp's
+    batch order from a view of 512 cells (its split-KV attention); below, that order's single token takes it."""
+    path = TINY_MODELS / f"{name}.gguf"
+    model = Model.load(path if path.exists() else REPO / "tests" / "reference" / "models" / f"{name}.gguf")
+    llama_order = not settings.get("batch_invariant", True)
+    tokens = (LONG_PROMPT * 3)[:300] if llama_order else LONG_PROMPT[:3]
+    *_, calls = _decode_one_by_one(model, tokens, monkeypatch, blocks=True, **settings)
+    # llama.cpp's order: blocks while the attended view (whole multiples of 256 cells) is under 512 cells
+    assert calls == (256 * len(model.layers) if llama_order else 0)
+
+
+@pytest.mark.parametrize("pending", [True, False], ids=["helper-compiling", "compiled"])
+def test_blocks_wait_for_the_cold_cache_helper(pending, monkeypatch):
+    """While a cold cache's helper compiles the one-call blocks for later runs (session.warm_up's batch_pending),
+    single tokens run op by op, with the same bits; once they are compiled, as blocks."""
+    from synapse_cli.session import warm_up
+
+    model = _load("tiny-qwen2-Q8_0")
+    ref, *_ = _decode_one_by_one(model, PROMPT, monkeypatch, blocks=True)
+    import kernels.layer
+
+    calls = []
+    real = kernels.layer.decode_block_for
+    monkeypatch.setattr(kernels.layer, "decode_block_for", lambda *k: (calls.append(1), real(*k))[1])
+    ctx = Context(model, n_ctx=256)
+    warm_up(ctx, show_progress=False, batch_pending=pending)
+    calls.clear()
+    got = np.stack([ctx.decode([t]) for t in PROMPT])
+    assert ctx.one_call_blocks is not pending and ctx.single_token_batches is pending
+    assert len(calls) == (0 if pending else len(PROMPT) * len(model.layers))
+    assert np.array_equal(got, ref)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0"])
 def test_thread_count_does_not_change_results(name):
     model = _load(name)

@@ -1,0 +1,111 @@
+"""One block (layer) of llama.cpp's llama/qwen2 graph for ONE token, in one jitted call (issue #20).
+
+Decoding a token runs about eleven kernels a layer: the Q/K/V products, rope, two cache stores, flash
+attention, the output product, add + norm, gate/up, SwiGLU, down, add + norm. Called from Python one by one
+(synapse_cli/graph_ops.py), each costs a numba dispatch and some interpreter work between them: ~1 ms of
+SmolLM2's ~8 ms a token (benchmarks/RESULTS.md, issue #20's third session). A block function calls the same
+kernels in the same order on the same arrays from compiled code, so it gives the same bits as the op-by-op
+path; batches, traces, other caches and llama.cpp's batch order still take that path (GraphOps.block says
+when this one applies).
+
+The products arrive as ggml-fused T = 1 calls, (kernel, leading arguments, prefetch distance) as
+kernels/matmul.py prepares them (FusedGemv, Weight._solo). The kernels are not arguments: numba types a
+dispatcher argument anew on every call (~10 us, four a block) and cannot cache a function that takes one. So
+`decode_block_for` makes one block function per combination of product kernels (usually one a model), with
+the kernels' kinds as constants, and numba compiles and caches only the kernels it calls.
+"""
+
+from __future__ import annotations
+
+import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
+
+import functools
+
+from kernels.activations import _swiglu_serial
+from kernels.config import ijit, jit
+from kernels.flash_attn import one_row_attend
+from kernels.kv_cache import F16, _store_float
+from kernels.norm import _add_rms_norm_mul_serial
+from kernels.quants.gemv1 import gemv_many_q8_K, gemv_q4_0, gemv_q4_1, gemv_q5_0, gemv_q5_1, gemv_q8_0
+from kernels.rope import _rope_qk_serial
+
+
+# The fused one-token product kernels (kernels/quants/gemv1.py), by kind: decode_block_for takes the kinds of a
+# block's four products and compiles only those kernels (the others' branches are pruned: kinds are constants).
+PRODUCT_KERNELS = (gemv_q4_1, gemv_q5_1, gemv_q4_0, gemv_q5_0, gemv_q8_0, gemv_many_q8_K)
+
+
+def product_kind(kernel) -> int:
+    return PRODUCT_KERNELS.index(kernel)
+
+
+@ijit
+def _product(KIND, pre, x, o0, o1, o2, n_threads, pf):
+    """The fused product of kind KIND (a constant of the caller): kernel(*pre, x, o0, o1, o2, n_threads, pf)."""
+    if KIND == 0:
+        gemv_q4_1(*pre, x, o0, o1, o2, n_threads, pf)
+    elif KIND == 1:
+        gemv_q5_1(*pre, x, o0, o1, o2, n_threads, pf)
+    elif KIND == 2:
+        gemv_q4_0(*pre, x, o0, o1, o2, n_threads, pf)
+    elif KIND == 3:
+        gemv_q5_0(*pre, x, o0, o1, o2, n_threads, pf)
+    elif KIND == 4:
+        gemv_q8_0(*pre, x, o0, o1, o2, n_threads, pf)
+    else:
+        gemv_many_q8_K(*pre, x, o0, o1, o2, n_threads, pf)
+
+
+@jit
+def _add_bias(out, b):
+    """out (1, n) += b (n,) where the model has the bias (b of size 0 where not): ggml_add's one float add."""
+    if b.size:
+        for i in range(out.shape[1]):
+            out[0, i] = out[0, i] + b[i]
+
+
+@functools.lru_cache(maxsize=None)
+def decode_block_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
+    """decode_block for products of these kinds (product_kind of the Q/K/V, output, gate/up and down kernels):
+    one compiled (and cached) function per combination a model uses, usually one."""
+
+    @jit
+    def decode_block(x, cur, eps, ffn_norm, next_norm, normed, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf,
+                     down_pre, down_pf, biases, rope_args, pos, k_cache, v_cache, n_kv, kv_pos, kq_scale, parts,
+                     n_threads, q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out):
+        """One token through one block, in graph order (synapse_cli/model.py, Context._forward_ubatch):
+
+            q, k, v = Wq cur (+ bq), Wk cur (+ bk), Wv cur (+ bv)       one fused product (qkv_*)
+            q_r, k_r = rope(q), rope(k); K, V cache cells pos[0] = k_r, v (F16)
+            kqv = flash_attn_ext(q_r, K[:n_kv], V[:n_kv])               the one-row kernel
+            ffn_inp = Wo kqv (+ bo) + x;  cur = rms_norm(ffn_inp) * ffn_norm
+            gate, up = Wg cur (+ bg), Wu cur (+ bu);  gate = silu(gate) * up
+            x = Wd gate (+ bd) + ffn_inp;  normed = rms_norm(x) * next_norm   (the next block's input)
+
+        x, cur, ffn_inp, attn_out, ffn_out, normed: (1, n_embd); q, kqv: (1, H*D); k, v: (1, Hkv*D); q_r (1, H, D);
+        k_r (1, Hkv, D); gate, up: (1, n_ff); k_cache, v_cache (n_ctx, Hkv, D) F16 bits; kv_pos (n_kv,) int32
+        (-1: empty); pos (1,) int32; biases: 7 float32 arrays (q, k, v, o, gate, up, down), size 0 where absent;
+        rope_args: rope_qk's parameters after the positions; kq_scale float32; parts: flash_attn.head_parts."""
+        H, D = q_r.shape[1], q_r.shape[2]
+        Hkv = k_r.shape[1]
+        _product(QKV, qkv_pre, cur, q, k, v, n_threads, qkv_pf)
+        _add_bias(q, biases[0])
+        _add_bias(k, biases[1])
+        _add_bias(v, biases[2])
+        _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, *rope_args)
+        v3 = v.reshape((1, Hkv, D))
+        _store_float(F16, k_cache, k_r, pos)
+        _store_float(F16, v_cache, v3, pos)
+        one_row_attend(q_r, k_cache[:n_kv], v_cache[:n_kv], n_kv, kv_pos, pos, kq_scale, kqv, parts, n_threads)
+        _product(O, o_pre, kqv, attn_out, attn_out, attn_out, n_threads, o_pf)
+        _add_bias(attn_out, biases[3])
+        _add_rms_norm_mul_serial(attn_out, x, ffn_inp, eps, ffn_norm, cur)
+        _product(GATE_UP, gu_pre, cur, gate, up, gate, n_threads, gu_pf)  # (slot 2 unused, as FusedGemv)
+        _add_bias(gate, biases[4])
+        _add_bias(up, biases[5])
+        _swiglu_serial(gate, up, gate, True)
+        _product(DOWN, down_pre, gate, ffn_out, ffn_out, ffn_out, n_threads, down_pf)
+        _add_bias(ffn_out, biases[6])
+        _add_rms_norm_mul_serial(ffn_out, ffn_inp, x, eps, next_norm, normed)
+
+    return decode_block
