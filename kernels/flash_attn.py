@@ -268,6 +268,131 @@ def _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chu
         _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, ci, n_chunks)
 
 
+# One query token over a long view: the one-row kernel's work in three parallel phases (_one_token_phases)
+ONE_TOKEN_PHASES_MIN = 1024  # from this many cells of view (benchmarks/RESULTS.md, issue #20's third session)
+VKQ_UNITS = 6  # 16-lane F16 accumulator chains per pass of _vkq_units: enough to cover the chain's latency
+
+
+@ijit
+def _vkq_step1(v16, v0, ms, vs, a):
+    """_vkq_step for one 16-lane vector: a = fp16(a * ms) where ms != 1, then fp16(fma(V, vs, a))."""
+    if ms != 1.0:
+        a = round_f16_16(mul16(a, splat16(ms)))
+    return round_f16_16(fma16(load16(v16, v0), splat16(vs), a))
+
+
+@ijit
+def _unit(u, u1, nvec, gqa, D):
+    """Unit u (the last one, u1 - 1, from u1 on) of the VKQ phase: (head, its V's flat offset in a cell row,
+    dimension), units numbered head-major with nvec 16-lane vectors a head."""
+    u = min(u, u1 - 1)
+    h = u // nvec
+    d = 16 * (u % nvec)
+    return h, (h // gqa) * D + d, d
+
+
+@jit
+def _vkq_units(v16, vis, nv, GD, u, u1, nvec, gqa, msv, vsv, sinv, out):
+    """VKQ of units u .. u + 5 (those past u1 repeat u1 - 1: the same value stored twice) over the visible
+    cells, six independent F16 chains in registers, then out = VKQ * (1/S): the one-row kernel's accumulator
+    (_vkq_slabs2), cut into 16-lane units instead of 64-dimension slabs."""
+    D = v16.shape[2]
+    h0, g0, d0 = _unit(u, u1, nvec, gqa, D)
+    h1, g1, d1 = _unit(u + 1, u1, nvec, gqa, D)
+    h2, g2, d2 = _unit(u + 2, u1, nvec, gqa, D)
+    h3, g3, d3 = _unit(u + 3, u1, nvec, gqa, D)
+    h4, g4, d4 = _unit(u + 4, u1, nvec, gqa, D)
+    h5, g5, d5 = _unit(u + 5, u1, nvec, gqa, D)
+    a0 = a1 = a2 = a3 = a4 = a5 = zero16()
+    for i in range(nv):
+        c = vis[i] * GD
+        a0 = _vkq_step1(v16, c + g0, msv[h0, i], vsv[h0, i], a0)
+        a1 = _vkq_step1(v16, c + g1, msv[h1, i], vsv[h1, i], a1)
+        a2 = _vkq_step1(v16, c + g2, msv[h2, i], vsv[h2, i], a2)
+        a3 = _vkq_step1(v16, c + g3, msv[h3, i], vsv[h3, i], a3)
+        a4 = _vkq_step1(v16, c + g4, msv[h4, i], vsv[h4, i], a4)
+        a5 = _vkq_step1(v16, c + g5, msv[h5, i], vsv[h5, i], a5)
+    store16(out, h0 * D + d0, mul16(a0, splat16(sinv[h0])))
+    store16(out, h1 * D + d1, mul16(a1, splat16(sinv[h1])))
+    store16(out, h2 * D + d2, mul16(a2, splat16(sinv[h2])))
+    store16(out, h3 * D + d3, mul16(a3, splat16(sinv[h3])))
+    store16(out, h4 * D + d4, mul16(a4, splat16(sinv[h4])))
+    store16(out, h5 * D + d5, mul16(a5, splat16(sinv[h5])))
+
+
+@pjit
+def _one_token_phases(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
+    """The one-row kernel for ONE query token (q (1, H, D), out (1, H*D) C-contiguous), its work shared evenly
+    between n_chunks threads in three parallel regions instead of cut by heads (SmolLM2's 9 heads: 5 and 4 to
+    two threads; each head reading its KV head's K and V again):
+      1. the scores, 16 cells at a time, the cells cut between the threads; all of a KV head's query heads per
+         K block (_dots16_heads: K read once);
+      2. per head, ggml's online soft-max in order (ms, vs of every visible cell, 1/S);
+      3. VKQ, 16-lane units (head, 16 dimensions) cut between the threads, six chains at a time.
+    Each score, each head's soft-max chain and each dimension's F16 accumulator chain is computed exactly as in
+    _group_one_row (the same operations in the same order): the same bits, for any thread count."""
+    T, H, D = q.shape
+    G = k16.shape[1]
+    gqa = H // G
+    n3 = (gqa // 3) * 3
+    qp = q_pos[0]
+    n_eff = _n_eff(kv_pos, n_kv, qp)
+    qv = np.empty((H, D), np.float32)
+    for h in range(H):
+        for d in range(D):
+            qv[h, d] = round_f16_scalar(q[0, h, d])
+    sc = np.empty(H * n_eff, np.float32)  # head h's scores at h * n_eff
+    n16 = n_eff // 16 * 16
+    nb = n16 // 16
+    for ci in prange(n_chunks):
+        buf = np.empty(768, np.float32)
+        for b in range(ci * nb // n_chunks, (ci + 1) * nb // n_chunks):
+            c0 = 16 * b
+            for g in range(G):
+                if HAS_AVX512:
+                    _dots16_heads(k16, (c0 * G + g) * D, G * D, qv[g * gqa:], D, D, gqa, n3, sc,
+                                  g * gqa * n_eff + c0, n_eff, buf)
+                else:
+                    for j in range(g * gqa, (g + 1) * gqa):
+                        store16(sc, c0 + j * n_eff, _dots16(k16, (c0 * G + g) * D, G * D, qv, j * D, D))
+    for c in range(n16, n_eff):  # a view whose length is not a multiple of 16: the last cells one at a time
+        for h in range(H):
+            sc[h * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + h // gqa) * D, qv, h * D, D))
+    vis = np.empty(n_eff, np.int64)
+    nv = 0
+    for c in range(n_eff):
+        p = kv_pos[c]
+        if 0 <= p <= qp:
+            vis[nv] = c
+            nv += 1
+    msv = np.empty((H, nv), np.float32)
+    vsv = np.empty((H, nv), np.float32)
+    sinv = np.empty(H, np.float32)
+    for h in prange(H):
+        M = np.float32(-np.inf)
+        S = np.float32(0.0)
+        for i in range(nv):
+            s = np.float32(np.float32(sc[h * n_eff + vis[i]] * scale) + np.float32(0.0))
+            if s > M:
+                ms = np.float32(math.exp(np.float32(M - s)))
+                vs = np.float32(1.0)
+                M = s
+            else:
+                ms = np.float32(1.0)
+                vs = np.float32(math.exp(np.float32(s - M)))
+            msv[h, i] = ms
+            vsv[h, i] = vs
+            S = fma_f32(S, ms, vs)
+        sinv[h] = np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+    nvec = D // 16
+    n_units = H * nvec
+    for ci in prange(n_chunks):
+        u0 = ci * n_units // n_chunks
+        u1 = (ci + 1) * n_units // n_chunks
+        for u in range(u0, u1, VKQ_UNITS):
+            _vkq_units(v16, vis, nv, G * D, u, u1, nvec, gqa, msv, vsv, sinv, out)
+
+
 @jit
 def _row_chunk_any(q, k16, kq8, kcode, v16, v32, vcode, kv_pos, qp, scale, t, h, g, qq16, qq, qd, qs, qb16, c1,
                    c2, acc8, vkq, acc):
@@ -572,12 +697,22 @@ def on_calling_thread(T, H, D, n_kv, q_pos, n_chunks):
 
 
 @jit
+def in_phases(T, n_kv, G, parts, n_chunks):
+    """Whether one query token takes _one_token_phases: a long view (ONE_TOKEN_PHASES_MIN cells) whose work, cut
+    by heads into G * parts items (head_parts), does not share evenly between the threads (SmolLM2's 3 KV heads
+    on 2 threads; where it does, as the Qwen2.5 models' 2 on 2, the heads cut stays faster)."""
+    return T == 1 and n_kv >= ONE_TOKEN_PHASES_MIN and (G * parts) % n_chunks != 0
+
+
+@jit
 def one_row_attend(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks):
     """flash_attn_ext's one-row path (head dimension a multiple of 64, out C-contiguous, scale float32) from
     jitted code (kernels/layer.py); parts: head_parts(T, Hkv, H / Hkv, n_chunks)."""
     T, H, D = q.shape
     if on_calling_thread(T, H, D, n_kv, q_pos, n_chunks):
         _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)
+    elif in_phases(T, n_kv, k16.shape[1], parts, n_chunks):
+        _one_token_phases(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
     else:
         _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks)
 
@@ -602,7 +737,10 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
             _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)
         else:
             parts = head_parts(T, k16.shape[1], H // k16.shape[1], n_chunks)
-            _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks)
+            if in_phases(T, n_kv, k16.shape[1], parts, n_chunks):
+                _one_token_phases(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
+            else:
+                _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chunks)
     elif path == PATH_TILED and D % 16 == 0:
         if serial:
             _tiled_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
