@@ -269,15 +269,19 @@ def _one_row_parallel(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, n_chu
 
 
 # One query token over a long view: the one-row kernel's work in three parallel phases (_one_token_phases)
-ONE_TOKEN_PHASES_MIN = 1024  # from this many cells of view (benchmarks/RESULTS.md, issue #20's third session)
+ONE_TOKEN_PHASES_MIN = 512  # from this many cells of view (benchmarks/RESULTS.md, issue #20's third session)
 VKQ_UNITS = 6  # 16-lane F16 accumulator chains per pass of _vkq_units: enough to cover the chain's latency
 
 
 @ijit
-def _vkq_step1(v16, v0, ms, vs, a):
-    """_vkq_step for one 16-lane vector: a = fp16(a * ms) where ms != 1, then fp16(fma(V, vs, a))."""
-    if ms != 1.0:
-        a = round_f16_16(mul16(a, splat16(ms)))
+def _vkq_rescale(a, ms):
+    """_vkq_step's first half for one 16-lane vector: a = fp16(a * ms) where ms != 1."""
+    return round_f16_16(mul16(a, splat16(ms))) if ms != 1.0 else a
+
+
+@ijit
+def _vkq_mad1(v16, v0, vs, a):
+    """_vkq_step's second half for one 16-lane vector: fp16(fma(V, vs, a)), V at v16's flat offset v0."""
     return round_f16_16(fma16(load16(v16, v0), splat16(vs), a))
 
 
@@ -304,14 +308,25 @@ def _vkq_units(v16, vis, nv, GD, u, u1, nvec, gqa, msv, vsv, sinv, out):
     h4, g4, d4 = _unit(u + 4, u1, nvec, gqa, D)
     h5, g5, d5 = _unit(u + 5, u1, nvec, gqa, D)
     a0 = a1 = a2 = a3 = a4 = a5 = zero16()
+    one = np.float32(1.0)
     for i in range(nv):
+        # a new running maximum of one of the heads (rare): its chains rescale first. One branch for the six:
+        # per chain, LLVM turns the test into a select and computes the rescaling, two conversions, every cell
+        m0, m1, m2, m3, m4, m5 = msv[h0, i], msv[h1, i], msv[h2, i], msv[h3, i], msv[h4, i], msv[h5, i]
+        if m0 != one or m1 != one or m2 != one or m3 != one or m4 != one or m5 != one:
+            a0 = _vkq_rescale(a0, m0)
+            a1 = _vkq_rescale(a1, m1)
+            a2 = _vkq_rescale(a2, m2)
+            a3 = _vkq_rescale(a3, m3)
+            a4 = _vkq_rescale(a4, m4)
+            a5 = _vkq_rescale(a5, m5)
         c = vis[i] * GD
-        a0 = _vkq_step1(v16, c + g0, msv[h0, i], vsv[h0, i], a0)
-        a1 = _vkq_step1(v16, c + g1, msv[h1, i], vsv[h1, i], a1)
-        a2 = _vkq_step1(v16, c + g2, msv[h2, i], vsv[h2, i], a2)
-        a3 = _vkq_step1(v16, c + g3, msv[h3, i], vsv[h3, i], a3)
-        a4 = _vkq_step1(v16, c + g4, msv[h4, i], vsv[h4, i], a4)
-        a5 = _vkq_step1(v16, c + g5, msv[h5, i], vsv[h5, i], a5)
+        a0 = _vkq_mad1(v16, c + g0, vsv[h0, i], a0)
+        a1 = _vkq_mad1(v16, c + g1, vsv[h1, i], a1)
+        a2 = _vkq_mad1(v16, c + g2, vsv[h2, i], a2)
+        a3 = _vkq_mad1(v16, c + g3, vsv[h3, i], a3)
+        a4 = _vkq_mad1(v16, c + g4, vsv[h4, i], a4)
+        a5 = _vkq_mad1(v16, c + g5, vsv[h5, i], a5)
     store16(out, h0 * D + d0, mul16(a0, splat16(sinv[h0])))
     store16(out, h1 * D + d1, mul16(a1, splat16(sinv[h1])))
     store16(out, h2 * D + d2, mul16(a2, splat16(sinv[h2])))

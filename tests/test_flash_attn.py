@@ -106,7 +106,7 @@ def test_one_row_kernel_over_a_view_of_any_length(H, Hkv, D):
 
 
 @pytest.mark.parametrize("H,Hkv,D", [(9, 3, 64), (14, 2, 64), (15, 5, 128), (3, 3, 64), (10, 5, 64), (32, 8, 128)])
-@pytest.mark.parametrize("n_kv", [1024, 1301])
+@pytest.mark.parametrize("n_kv", [512, 1301])
 def test_one_token_over_a_long_view_in_three_phases(H, Hkv, D, n_kv):
     """One query token over ONE_TOKEN_PHASES_MIN cells or more whose heads do not share evenly between the threads
     takes _one_token_phases (the scores cut by cells, the soft-max by heads, the accumulator by 16-lane units):
@@ -118,7 +118,7 @@ def test_one_token_over_a_long_view_in_three_phases(H, Hkv, D, n_kv):
     assert any(in_phases(1, n_kv, Hkv, head_parts(1, Hkv, H // Hkv, n), n) for n in (2, 3))
     q, k, v, kv_pos, q_pos = _case(1, n_kv, H, Hkv, D, seed=H + n_kv)
     kv_pos[100:130] = -1
-    kv_pos[600:700] = kv_pos[600:700][::-1].copy()
+    kv_pos[300:400] = kv_pos[300:400][::-1].copy()
     ramp = (np.linspace(0.0, 4.0, n_kv, dtype=np.float32)[:, None, None] * np.ones((1, Hkv, D), np.float32))
     k = (k.view(np.float16).astype(np.float32) + ramp).astype(np.float16).view(np.uint16)
     want = np.empty((1, H * D), np.float32)
@@ -126,7 +126,7 @@ def test_one_token_over_a_long_view_in_three_phases(H, Hkv, D, n_kv):
     for threads in (1, 2, 3):
         got = _run((q, k, v, kv_pos, q_pos), n_kv, False, threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
-    early = q_pos - 700  # a query that sees only the first cells of the view
+    early = q_pos // 3  # a query that sees only the first cells of the view
     _flash_attn_ext(q, k, v, n_kv, kv_pos, early, np.float32(0.125), want, PATH_ONE_ROW, 1)
     got = _run((q, k, v, kv_pos, early), n_kv, False, 2)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -235,6 +235,25 @@ def test_one_call_blocks_equal_the_operations(name, monkeypatch):
             assert np.array_equal(a, b) and np.array_equal(c, d)
 
 
+def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
+    """Past 512 cells at 3 threads the tiny models' 2 KV heads do not share evenly, and one token's attention
+    runs in three phases (flash_attn._one_token_phases), inside the block as in the op-by-op path: the same bits."""
+    from kernels.flash_attn import head_parts, in_phases
+
+    import kernels.config
+
+    model = _load("tiny-qwen2-Q8_0")
+    assert in_phases(1, 512, 2, head_parts(1, 2, 2, 3), 3)
+    tokens = (LONG_PROMPT * 3)[:300]
+    runs = []
+    for blocks in (False, True):
+        monkeypatch.setattr(kernels.config, "_threads", 3)  # 3 chunks of work (on however many cores)
+        runs.append(_decode_one_by_one(model, tokens, monkeypatch, blocks=blocks))
+    (ref, ref_k, ref_v, _), (got, ks, vs, n) = runs
+    assert n == len(tokens) * len(model.layers) and np.array_equal(got, ref)
+    assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
+
+
 @pytest.mark.parametrize("name,settings", [
     ("tiny-llama-Q4_K_M", dict(fa=False)), ("tiny-llama-Q4_K_M", dict(cache="f32")),
     ("tiny-llama-Q4_K_M", dict(cache="q8_0")), ("tiny-llama-F16", {}), ("tiny-llama-Q5_K_M", {}),
