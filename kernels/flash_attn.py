@@ -121,6 +121,40 @@ def _n_eff(kv_pos, n_kv, qp):
 
 
 @jit
+def _visible_cells(kv_pos, n_eff, qp, vis):
+    """vis[:nv] = the cells below n_eff a query at position qp sees (masked cells, -inf, are skipped); nv."""
+    nv = 0
+    for c in range(n_eff):
+        p = kv_pos[c]
+        if 0 <= p <= qp:
+            vis[nv] = c
+            nv += 1
+    return nv
+
+
+@jit
+def _soft_max_row(sc, o, vis, nv, scale, ms_out, vs_out):
+    """One head's online soft-max in ggml's order, scalar, over its raw scores sc[o + c] of the visible cells
+    vis[:nv]: the running maximum, ms and vs of every cell (ms_out[i], vs_out[i]; the expf calls are
+    independent of each other here, off the accumulator's chain); returns 1/S (0 where S == 0)."""
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for i in range(nv):
+        s = np.float32(np.float32(sc[o + vis[i]] * scale) + np.float32(0.0))
+        if s > M:
+            ms = np.float32(math.exp(np.float32(M - s)))
+            vs = np.float32(1.0)
+            M = s
+        else:
+            ms = np.float32(1.0)
+            vs = np.float32(math.exp(np.float32(s - M)))
+        ms_out[i] = ms
+        vs_out[i] = vs
+        S = fma_f32(S, ms, vs)
+    return np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+
+
+@jit
 def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, sinv, buf, out):
     """_row_chunk over all cells for query heads j0..j1-1 of KV head g at token t, vectorised: the scores of 16
     cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per head
@@ -150,30 +184,9 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
     for c in range(n16, n_eff):  # a view whose length is not a multiple of 16: the last cells one at a time
         for j in range(n):
             sc[j * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + g) * D, qv, j * D, D))
-    nv = 0  # the visible cells, the same for every head
-    for c in range(n_eff):
-        p = kv_pos[c]
-        if 0 <= p <= qp:  # masked cells (-inf) are skipped
-            vis[nv] = c
-            nv += 1
+    nv = _visible_cells(kv_pos, n_eff, qp, vis)  # the same for every head
     for j in range(n):
-        # the online softmax in ggml's order, scalar: the running maximum, ms and vs of every visible cell (the
-        # expf calls are independent of each other here, off the accumulator's chain)
-        M = np.float32(-np.inf)
-        S = np.float32(0.0)
-        for i in range(nv):
-            s = np.float32(np.float32(sc[j * n_eff + vis[i]] * scale) + np.float32(0.0))
-            if s > M:
-                ms = np.float32(math.exp(np.float32(M - s)))
-                vs = np.float32(1.0)
-                M = s
-            else:
-                ms = np.float32(1.0)
-                vs = np.float32(math.exp(np.float32(s - M)))
-            msv[j, i] = ms
-            vsv[j, i] = vs
-            S = fma_f32(S, ms, vs)
-        sinv[j] = np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+        sinv[j] = _soft_max_row(sc, j * n_eff, vis, nv, scale, msv[j], vsv[j])
     # VKQ in slabs of 64 dimensions (slab k: head k // (D/64), dimensions 64 * (k % (D/64)) on), two slabs at a
     # time: eight independent F16 chains in registers over all cells, enough to cover the chain's latency
     per = D // 64
@@ -374,31 +387,12 @@ def _one_token_phases(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
         for h in range(H):
             sc[h * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + h // gqa) * D, qv, h * D, D))
     vis = np.empty(n_eff, np.int64)
-    nv = 0
-    for c in range(n_eff):
-        p = kv_pos[c]
-        if 0 <= p <= qp:
-            vis[nv] = c
-            nv += 1
+    nv = _visible_cells(kv_pos, n_eff, qp, vis)
     msv = np.empty((H, nv), np.float32)
     vsv = np.empty((H, nv), np.float32)
     sinv = np.empty(H, np.float32)
     for h in prange(H):
-        M = np.float32(-np.inf)
-        S = np.float32(0.0)
-        for i in range(nv):
-            s = np.float32(np.float32(sc[h * n_eff + vis[i]] * scale) + np.float32(0.0))
-            if s > M:
-                ms = np.float32(math.exp(np.float32(M - s)))
-                vs = np.float32(1.0)
-                M = s
-            else:
-                ms = np.float32(1.0)
-                vs = np.float32(math.exp(np.float32(s - M)))
-            msv[h, i] = ms
-            vsv[h, i] = vs
-            S = fma_f32(S, ms, vs)
-        sinv[h] = np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+        sinv[h] = _soft_max_row(sc, h * n_eff, vis, nv, scale, msv[h], vsv[h])
     nvec = D // 16
     n_units = H * nvec
     for ci in prange(n_chunks):
