@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels import layer
 from kernels.activations import swiglu
+from kernels.config import work_chunks
+from kernels.flash_attn import PATH_ONE_ROW, fa_path, head_parts
 from kernels.matmul import matmul, matmul_many
 from kernels.norm import add, add_rms_norm_mul, mul_rows, rms_norm, rms_norm_mul
 from kernels.order import Order
@@ -42,13 +45,10 @@ class GraphOps:
         """kernels/layer.decode_block_for's per-graph arguments, where one token's blocks can run as one call each: the
         F16 cache of flash attention on the one-row kernel, the single-token products, no attention temperature
         and no rotated cache (those run op by op), once compiled (Context.one_call_blocks); else None."""
-        from kernels.config import work_chunks
-        from kernels.flash_attn import PATH_ONE_ROW, fa_path, head_parts
-
         ctx, hp = self.ctx, self.hp
-        if (not ctx.one_call_blocks or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16" or ctx.rot_k or ctx.rot_v
-                or self.temp is not None or self.order is Order.BATCHED or hp.n_embd_head % 64
-                or fa_path(1, self.n_kv, self.order) != PATH_ONE_ROW):
+        if (not ctx.one_call_blocks or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
+                or ctx.rot_k or ctx.rot_v or self.temp is not None or self.order is Order.BATCHED
+                or hp.n_embd_head % 64 or fa_path(1, self.n_kv, self.order) != PATH_ONE_ROW):
             return None
         n_threads = work_chunks()
         return (self.rope_args, self.pos, self.n_kv, ctx._kv_positions(self.n_used, self.n_kv),
@@ -61,14 +61,13 @@ class GraphOps:
         """One token's block il in one jitted call (kernels/layer.py), the same bits as the operations below: x
         becomes the next residual, normed its norm with next_norm. False where that does not apply (the caller
         runs the operations)."""
-        from kernels.layer import decode_block_for
-
         if self._block is None or L.block_kinds is None:
             return False
         rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads = self._block
-        decode_block_for(*L.block_kinds)(x, cur, self.hp.f_norm_rms_eps, L.ffn_norm, next_norm, normed, *L.block_products,
-                     L.block_biases, rope_args, pos, self.ctx.k_cache[il], self.ctx.v_cache[il], n_kv, kv_pos,
-                     kq_scale, parts, n_threads, q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out)
+        decode_block = layer.decode_block_for(*L.block_kinds)
+        decode_block(x, cur, self.hp.f_norm_rms_eps, L.ffn_norm, next_norm, normed, *L.block_products, L.block_biases,
+                     rope_args, pos, self.ctx.k_cache[il], self.ctx.v_cache[il], n_kv, kv_pos, kq_scale, parts,
+                     n_threads, q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out)
         return True
 
     # --- input, norms, output

@@ -80,7 +80,6 @@ class LayerWeights:
             self.ffn_down_b))
 
 
-
 class Model:
     """Weights of one GGUF file, memory-mapped; built by `Model.load`."""
 
