@@ -17,7 +17,8 @@ fewer than `ggml_fa_tile_config::Q` (64) query rows whose KV view holds fewer th
 
 Every row is independent of the others and of the thread count, so a prompt in any batch split equals
 token-by-token decoding: the default (batch-invariant) mode runs this path for every row (Order.SINGLE), or the
-tiled kernel, whose rows are independent too (Order.BATCHED).
+tiled kernel, whose rows are independent too (Order.BATCHED). Its threads share whole heads; one token over a
+long view whose heads do not share evenly runs the same computations in three phases (_one_token_phases).
 
 llama.cpp's batch order (`flash_attn_ext(..., Order.LLAMA)`) also takes ggml's two other paths:
 - tiled (`ggml_compute_forward_flash_attn_ext_tiled`), batches of >= FA_TILE_Q query rows: Q stays F32; per KV
