@@ -201,20 +201,30 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
 
 
 @ijit
+def _vkq_scale1(a, ms):
+    """fp16(a * ms) for one 16-lane vector of the F16 accumulator (ggml_vec_scale_f16)."""
+    return round_f16_16(mul16(a, splat16(ms)))
+
+
+@ijit
+def _vkq_mad1(v16, v0, vs, a):
+    """fp16(fma(V, vs, a)) for one 16-lane vector, V at v16's flat offset v0 (ggml_vec_mad_f16)."""
+    return round_f16_16(fma16(load16(v16, v0), splat16(vs), a))
+
+
+@ijit
 def _vkq_step(v16, v0, ms, vs, a0, a1, a2, a3):
     """One cell of ggml's F16 accumulator for 64 dimensions in four registers: VKQ = fp16(VKQ * ms) where ms != 1
     (ms == 1 leaves F16 values unchanged), then VKQ = fp16(fma(V, vs, VKQ)) with V at v16's flat offset v0."""
     if ms != 1.0:
-        vm = splat16(ms)
-        a0 = round_f16_16(mul16(a0, vm))
-        a1 = round_f16_16(mul16(a1, vm))
-        a2 = round_f16_16(mul16(a2, vm))
-        a3 = round_f16_16(mul16(a3, vm))
-    vv = splat16(vs)
-    a0 = round_f16_16(fma16(load16(v16, v0), vv, a0))
-    a1 = round_f16_16(fma16(load16(v16, v0 + 16), vv, a1))
-    a2 = round_f16_16(fma16(load16(v16, v0 + 32), vv, a2))
-    a3 = round_f16_16(fma16(load16(v16, v0 + 48), vv, a3))
+        a0 = _vkq_scale1(a0, ms)
+        a1 = _vkq_scale1(a1, ms)
+        a2 = _vkq_scale1(a2, ms)
+        a3 = _vkq_scale1(a3, ms)
+    a0 = _vkq_mad1(v16, v0, vs, a0)
+    a1 = _vkq_mad1(v16, v0 + 16, vs, a1)
+    a2 = _vkq_mad1(v16, v0 + 32, vs, a2)
+    a3 = _vkq_mad1(v16, v0 + 48, vs, a3)
     return a0, a1, a2, a3
 
 
@@ -289,14 +299,8 @@ VKQ_UNITS = 6  # 16-lane F16 accumulator chains per pass of _vkq_units: enough t
 
 @ijit
 def _vkq_rescale(a, ms):
-    """_vkq_step's first half for one 16-lane vector: a = fp16(a * ms) where ms != 1."""
-    return round_f16_16(mul16(a, splat16(ms))) if ms != 1.0 else a
-
-
-@ijit
-def _vkq_mad1(v16, v0, vs, a):
-    """_vkq_step's second half for one 16-lane vector: fp16(fma(V, vs, a)), V at v16's flat offset v0."""
-    return round_f16_16(fma16(load16(v16, v0), splat16(vs), a))
+    """_vkq_step's rescale for one 16-lane vector: fp16(a * ms) where ms != 1."""
+    return _vkq_scale1(a, ms) if ms != 1.0 else a
 
 
 @ijit

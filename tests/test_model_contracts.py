@@ -237,10 +237,11 @@ def test_one_call_blocks_equal_the_operations(name, monkeypatch):
 
 def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     """Past 512 cells at 3 threads the tiny models' 2 KV heads do not share evenly, and one token's attention
-    runs in three phases (flash_attn._one_token_phases), inside the block as in the op-by-op path: the same bits."""
-    from kernels.flash_attn import head_parts, in_phases
-
+    runs in three phases (flash_attn._one_token_phases) inside the block: the same bits as the op-by-op path with
+    the attention cut by heads (its Python entry told never to take the phases)."""
     import kernels.config
+    import kernels.flash_attn
+    from kernels.flash_attn import head_parts, in_phases
 
     model = _load("tiny-qwen2-Q8_0")
     assert in_phases(1, 512, 2, head_parts(1, 2, 2, 3), 3)
@@ -248,6 +249,8 @@ def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     runs = []
     for blocks in (False, True):
         monkeypatch.setattr(kernels.config, "_threads", 3)  # 3 chunks of work (on however many cores)
+        if not blocks:
+            monkeypatch.setattr(kernels.flash_attn, "in_phases", lambda *args: False)
         runs.append(_decode_one_by_one(model, tokens, monkeypatch, blocks=blocks))
     (ref, ref_k, ref_v, _), (got, ks, vs, n) = runs
     assert n == len(tokens) * len(model.layers) and np.array_equal(got, ref)
