@@ -578,10 +578,14 @@ def _make_scales8_pair(c):
 
         def codegen(context, builder, sig, args):
             v = _bcast64(context, builder, sig, args, _i64)
-            z = ir.Constant(V64I8.llvm_type(), None)
-            # byte i: word i // 2 of lane i // 16; low byte from the same 128-bit lane of v, high byte zero
-            mask = [(16 * (i // 16) + 2 * c + (i // 32)) if i % 2 == 0 else 64 + i for i in range(64)]
-            s = builder.shuffle_vector(v, z, ir.Constant(ir.VectorType(_i32, 64), mask))
+            # byte i: word i % 16 of half i // 32, low byte = scale byte 2c + i // 32 (every 128-bit lane holds
+            # all 8), high byte zero (mask bit 7)
+            mask = ir.Constant(V64I8.llvm_type(), [(2 * c + i // 32) if i % 2 == 0 else 0x80 for i in range(64)])
+            # inline asm: as a shuffle (or llvm.x86.avx512.pshuf.b.512, which LLVM folds back into one) it
+            # becomes vpermt2b with a zero vector, two port-5 uops on Intel; vpshufb is one (side by side on a
+            # Xeon: 19-20 -> 17 cycles a block in L2, benchmarks/RESULTS.md)
+            t = V64I8.llvm_type()
+            s = builder.asm(ir.FunctionType(t, [t, t]), "vpshufb $2, $1, $0", "=v,v,v", [v, mask], False)
             return builder.bitcast(s, V32I16.llvm_type())
 
         return V32I16(arr, offset), codegen
