@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=100, help="decoded tokens timed")
     ap.add_argument("--prefill", type=int, default=0, help="time one batch of this many tokens instead")
+    ap.add_argument("--op-by-op", action="store_true", help="decoded tokens op by op (not one call per block)")
     args = ap.parse_args()
 
     from synapse_cli import graph_ops
@@ -32,6 +33,8 @@ def main() -> None:
 
     sess = open_session(args.model, n_ctx=max(1024, args.prefill + 16), n_threads=args.threads, show_progress=False)
     ctx = sess.ctx
+    if args.op_by_op:
+        ctx.one_call_blocks = False
     spent: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
     for name, f in list(vars(graph_ops.GraphOps).items()):
