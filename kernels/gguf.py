@@ -269,6 +269,23 @@ class GGUFReader:
     def tensor(self, name: str) -> TensorInfo | None:
         return self._by_name.get(name)
 
+    def read_into(self, t: TensorInfo, out: np.ndarray) -> None:
+        """Copy `t`'s bytes into `out` (C-contiguous, t.nbytes bytes) by reading the file (os.preadv: no page
+        faults on the mapping); from memory for in-memory readers."""
+        dst = out.reshape(-1).view(np.uint8)
+        if dst.size != t.nbytes:
+            raise ValueError(f"read_into: {t.name} has {t.nbytes} bytes, the destination {dst.size}")
+        if not isinstance(self._mm, mmap.mmap) or not hasattr(os, "preadv"):
+            dst[:] = t.data
+            return
+        with open(self.path, "rb", buffering=0) as f:
+            done = 0
+            while done < t.nbytes:
+                n = os.preadv(f.fileno(), [memoryview(dst[done:])], t.offset + done)
+                if n <= 0:
+                    raise GGUFError(f"{self.path}: file ended inside tensor {t.name!r}")
+                done += n
+
     def release(self, t: TensorInfo) -> None:
         """Drop the mapping's resident pages of `t`'s data (madvise MADV_DONTNEED on the whole pages inside
         it): for a tensor whose bytes were copied into another layout, so the copy and the mapped original do

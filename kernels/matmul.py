@@ -92,6 +92,14 @@ class Weight:
         if self.fused is not None:
             self._solo = _fused_call([self])
 
+    def place(self, rows: np.ndarray) -> None:
+        """Read the rows as stored from `rows` (the same bytes as `raw`, elsewhere: Model.load reads them into its
+        huge-page WeightArena) for a weight whose kernels read the raw rows (not `repacked`)."""
+        assert not self.repacked and rows.nbytes == self.raw.nbytes
+        self.packed = self.fmt.pack(readonly(rows.reshape(self.raw.shape)), self.ne0)
+        if self.fused is not None:
+            self._solo = _fused_call([self])
+
     @property
     def shape(self) -> tuple[int, int]:
         """numpy-style (N, K)."""

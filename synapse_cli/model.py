@@ -93,13 +93,20 @@ class Model:
     # --- loading -------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | Path, progress: Callable[[int, int, str], None] | None = None) -> "Model":
+    def load(cls, path: str | Path, progress: Callable[[int, int, str], None] | None = None,
+             use_mmap: bool = True) -> "Model":
         """Map `path`, check every tensor llama.cpp would create, and prepare the weights.
 
         `progress(done, total, name)` is called once per tensor (the CLI draws a Rich bar with it).
+        use_mmap=False (llama.cpp's --no-mmap): every matrix product reads its weights from process memory, a
+        WeightArena advised for huge pages, the rows its kernels read as stored read there from the file. Tokens
+        then take 4-5 % less time; the load takes ~1 s longer for a 1 GB model on this kind of VM, whose 2 MB
+        pages are slow to fault in (benchmarks/RESULTS.md). The default keeps them where they are: repacked
+        weights in numpy's memory, the others in the file mapping.
         """
         t0 = time.perf_counter()
         from kernels.matmul import Weight  # numba import happens here, not at CLI start-up
+        from kernels.quants.base import WeightArena, in_layout_only, packing_into
 
         path = str(path)
         reader = GGUFReader(path)
@@ -124,11 +131,24 @@ class Model:
                 progress(done[0], total, name)
             return t
 
-        def matrix(name: str, n_in: int, n_out: int, required: bool = True):
+        arena = None if use_mmap else WeightArena()  # the products' weights, in the order a token reads them
+
+        def own_rows(w, t: TensorInfo) -> None:
+            """A product whose kernels read the rows as stored reads them from the arena (read from the file: a
+            copy through the mapping would fault it in 4 KB at a time, several times slower)."""
+            if arena is not None and not w.repacked and not in_layout_only():
+                rows = arena.empty(w.raw.shape, np.uint8)
+                reader.read_into(t, rows)
+                w.place(rows)
+
+        def matrix(name: str, n_in: int, n_out: int, required: bool = True, product: bool = True):
             t = tensor(name, (n_in, n_out), required)
             if t is None:
                 return None
-            w = Weight(t.ggml_type, t.data, n_in, n_out, name=name)
+            with packing_into(arena):  # the repacks write straight into the arena (if any)
+                w = Weight(t.ggml_type, t.data, n_in, n_out, name=name)
+            if product:
+                own_rows(w, t)
             if w.repacked:
                 reader.release(t)  # repacked: the kernels never read the mapped bytes (get_rows re-faults them)
             return w
@@ -142,12 +162,14 @@ class Model:
         n_embd, n_ff = hp.n_embd, hp.n_ff
         n_q, n_kv = hp.n_embd_head * hp.n_head, hp.n_embd_k_gqa
 
-        m.tok_embd = matrix("token_embd.weight", n_embd, hp.n_vocab)
+        # the embeddings are read by rows (get_rows); a product only when they are the output head too
+        m.tok_embd = matrix("token_embd.weight", n_embd, hp.n_vocab, product=False)
         m.output_norm = vector("output_norm.weight", n_embd)
         m.output = matrix("output.weight", n_embd, hp.n_vocab, required=False)
         m.tied_output = m.output is None
         if m.tied_output:  # llama.cpp: "if output is NULL, init from the input tok embed"
             m.output = m.tok_embd
+            own_rows(m.output, reader.tensor("token_embd.weight"))
         m.rope_freqs = None
         if reader.tensor("rope_freqs.weight") is not None:
             m.rope_freqs = vector("rope_freqs.weight", hp.n_rot // 2)

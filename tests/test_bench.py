@@ -582,3 +582,29 @@ def test_flash_attention_is_a_dimension_of_the_matrix():
     assert r.exit_code == 0 and " fa |" in r.stdout.splitlines()[0]
     r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-fa", "maybe"])
     assert r.exit_code != 0 and "-fa" in r.stderr
+
+
+def test_load_mode_is_a_dimension_of_the_matrix():
+    """-lm auto,none: llama-bench's loop order (model, load mode, ...), one model load per (model, mode), the
+    load_mode column in md and field in json, -lm on the llama-bench command line of each compared row; the
+    rows of both modes run (none: the weights read into memory)."""
+    from synapse_cli.bench.compare import llama_bench_args, row_params
+
+    p = B.BenchParams(models=["a.gguf", "b.gguf"], n_threads=[2], n_prompt=[8], n_gen=[2], load_mode=["auto", "none"])
+    insts = B.make_instances(p)
+    assert [(i.model, i.load_mode, i.test_name) for i in insts] == [
+        ("a.gguf", "auto", "pp8"), ("a.gguf", "auto", "tg2"), ("a.gguf", "none", "pp8"), ("a.gguf", "none", "tg2"),
+        ("b.gguf", "auto", "pp8"), ("b.gguf", "auto", "tg2"), ("b.gguf", "none", "pp8"), ("b.gguf", "none", "tg2")]
+    for inst in insts:
+        argv = llama_bench_args(row_params(p, inst))
+        assert dict(zip(argv[::2], argv[1::2])).get("-lm") == (None if inst.load_mode == "auto" else inst.load_mode)
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "2", "-t", "1", "--no-roofline", "-lm", "auto,none",
+                 "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["load_mode"], x["n_prompt"], x["n_gen"]) for x in rows] == [
+        ("auto", 8, 0), ("auto", 0, 2), ("none", 8, 0), ("none", 0, 2)]
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-t", "1", "--no-roofline", "-lm", "none"])
+    assert r.exit_code == 0 and " load_mode |" in r.stdout.splitlines()[0]
+    r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-lm", "lazy"])
+    assert r.exit_code != 0 and "-lm" in r.stderr

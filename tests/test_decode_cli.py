@@ -37,6 +37,26 @@ def test_json_matches_llama_greedy(stem, cache):
     assert t["n_prompt"] == len(rec["prompt_ids"]) and t["n_eval"] == 47
 
 
+@pytest.mark.parametrize("mode", ["none", "dio"])
+def test_load_mode_reading_the_weights_matches_llama_greedy(mode):
+    """-lm none / dio (llama.cpp's load modes that read the model instead of mapping it): the weights in memory,
+    the same greedy run as llama.cpp's."""
+    rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-Q4_K_M__pub.json").read_text())
+    r = _run("-m", TINY_MODELS / "tiny-llama-Q4_K_M.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-fa", "off",
+             "-lm", mode, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["generated_ids"] == rec["generated_ids"]
+
+
+def test_load_mode_mlock_is_mapped_with_a_note():
+    """-lm mlock: decode's own -lm option (not the ignored-option note other commands give), which maps the
+    weights without locking them, and says so."""
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "-n", "1",
+                                 "-lm", "mlock"])
+    assert r.exit_code == 0, r.output
+    assert "does not lock the weights" in r.stderr and "is ignored" not in r.stderr
+
+
 def test_text_output_and_perf_lines(tmp_path):
     r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", PROMPT, "-n", "8",
                                  "-ctk", "f32", "-ctv", "f32", "-fa", "off"])

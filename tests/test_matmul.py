@@ -454,3 +454,75 @@ def test_matmul_many_bad_input():
         matmul_many([a, a], np.zeros((1, 512), np.float32), [np.zeros((1, 4), np.float32)])
     with pytest.raises(ValueError, match=r"test\.Q4_K.*\(1, 4\)"):
         matmul_many([a, a], np.zeros((1, 512), np.float32), [np.zeros((1, 4), np.float32), np.zeros((1, 5), np.float32)])
+
+
+def _vm_flags(addr: int) -> list[str] | None:
+    """The VmFlags of this process's mapping that holds `addr` (/proc/self/smaps), None where there is none."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
+def _huge_page_advised(a: np.ndarray) -> bool:
+    flags = _vm_flags(a.ctypes.data) or []
+    return "hg" in flags and "sh" not in flags
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="no /proc/self/smaps (not Linux)")
+def test_weight_arena_places_arrays_in_order_on_huge_page_advised_memory(monkeypatch):
+    """WeightArena.empty: 64-byte aligned arrays one after the other, zero (fresh pages), a new chunk when one is
+    full, in a private mapping advised for huge pages ("hg"; a shared anonymous mapping gets no THP); inside
+    packing_into() the repacks' empty_aligned allocates from it, outside it does not."""
+    from kernels.quants.base import WeightArena, empty_aligned, packing_into
+
+    monkeypatch.setattr(WeightArena, "CHUNK", 4 << 20)
+    arena = WeightArena()
+    a = arena.empty(1000, np.uint8)
+    b = arena.empty((7, 111), np.float32)
+    big = [arena.empty((3, 1 << 20), np.uint8) for _ in range(2)]
+    for x, shape, dtype in ((a, (1000,), np.uint8), (b, (7, 111), np.float32), (big[0], (3, 1 << 20), np.uint8)):
+        assert x.shape == shape and x.dtype == dtype and x.flags.c_contiguous and x.flags.writeable
+        assert x.ctypes.data % 64 == 0 and not x.any() and _huge_page_advised(x)
+    assert b.ctypes.data == a.ctypes.data + 1024  # in the order made
+    assert len(arena._maps) == 2  # a chunk holds CHUNK + up to 2 MB: the second 3 MB array did not fit
+    with packing_into(arena):
+        inside = empty_aligned((5, 64), np.int8)
+    outside = empty_aligned((5, 64), np.int8)
+    chunks = [np.frombuffer(m, np.uint8) for m in arena._maps]
+    assert np.may_share_memory(inside, chunks[-1]) and not any(np.may_share_memory(outside, c) for c in chunks)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="no /proc/self/smaps (not Linux)")
+def test_model_products_read_their_weights_from_the_arena():
+    """Model.load(use_mmap=False) (-lm none) puts every matrix product's weights in its WeightArena: the repacked
+    ones packed there, the ones whose kernels read the rows as stored (Q6_K, F32, ...) read there from the file
+    (the same bytes), and the prepared one-token calls use those arrays; the default load uses none."""
+    from synapse_cli.model import Model
+
+    kinds = set()
+    for name in ("tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32"):
+        mapped = Model.load(TINY_MODELS / f"{name}.gguf")  # the default: the rows as stored stay in the mapping
+        assert all(w.repacked != np.may_share_memory(w.packed[0], w.raw)
+                   for L in mapped.layers for w in L.qkv + [L.attn_output] + L.gate_up + [L.ffn_down])
+        kinds |= {"mapped rows"} if any(not w.repacked for L in mapped.layers for w in L.qkv + L.gate_up) else set()
+        m = Model.load(TINY_MODELS / f"{name}.gguf", use_mmap=False)
+        products = [m.output] + [w for L in m.layers for w in L.qkv + [L.attn_output] + L.gate_up + [L.ffn_down]]
+        for w in products:
+            arrays = [p for p in w.packed if isinstance(p, np.ndarray)]
+            assert arrays and all(_huge_page_advised(p) for p in arrays), w.name
+            assert w.repacked, w.name  # the kernels do not read the file's mapping
+            if np.may_share_memory(w.fmt.pack(w.raw, w.ne0)[0], w.raw):  # a format that reads the rows as stored
+                assert np.array_equal(arrays[0].reshape(-1).view(np.uint8), w.raw.reshape(-1)), w.name
+                assert not arrays[0].flags.writeable, w.name  # as the mapping's: one numba type per kernel
+                kinds.add("rows")
+            else:
+                kinds.add("repacked")
+            if w._solo is not None:  # the prepared one-token call
+                assert any(q is w.packed[0] for q in w._solo[1]), w.name
+    assert kinds == {"mapped rows", "rows", "repacked"}

@@ -363,3 +363,17 @@ def test_repacked_weights_leave_the_mapping():
         pytest.skip("no weight is repacked on this machine (portable kernels)")
     assert repacked > size // 2  # the Q4_K matrices: most of the file
     assert rss <= size - repacked + 2 * 4096 * n_tensors, (rss, size, repacked)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-llama-Q6_K", "tiny-qwen2-Q8_0", "tiny-mistral3-F32",
+                                  "tiny-llama-Q4_1"])
+def test_weights_read_into_memory_give_the_same_bits(name):
+    """-lm none (Model.load(use_mmap=False): the products' weights in a huge-page arena, the rows read from the
+    file) computes what the mapped load does: a prompt's logits in one batch and then token by token."""
+    outs = []
+    for use_mmap in (True, False):
+        model = Model.load(TINY_MODELS / f"{name}.gguf", use_mmap=use_mmap)
+        ctx = Context(model, n_ctx=256)
+        outs.append((ctx.decode(PROMPT, all_logits=True), np.stack([ctx.decode([t]) for t in PROMPT[:6]])))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)

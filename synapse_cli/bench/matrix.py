@@ -76,6 +76,7 @@ class Instance:
     type_v: str
     n_threads: int
     flash_attn: int = -1  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
+    load_mode: str = "auto"  # -lm: auto / mmap / mlock modes map the file, none / dio read the weights into memory
 
     @property
     def test_name(self) -> str:
@@ -125,6 +126,7 @@ class BenchParams:
     cache_types: list[tuple[str, str]] = field(default_factory=lambda: [("f16", "f16")])
     # -fa values as llama_flash_attn_type (-1 auto, 0 off, 1 on); auto computes as on (llama.cpp's CPU backend)
     flash_attn: list[int] = field(default_factory=lambda: [-1])
+    load_mode: list[str] = field(default_factory=lambda: ["auto"])  # -lm values, a dimension per model
     reps: int = DEFAULT_REPS
     no_warmup: bool = False
     progress: bool = False
@@ -142,10 +144,11 @@ class BenchParams:
 
 
 def make_instances(p: BenchParams) -> list[Instance]:
-    """llama-bench's get_cmd_params_instances order: model, n_batch, n_ubatch, type_k, type_v, flash_attn,
-    threads, depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are skipped."""
+    """llama-bench's get_cmd_params_instances order: model, load mode, n_batch, n_ubatch, type_k, type_v,
+    flash_attn, threads, depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are
+    skipped."""
     out = []
-    for m in p.models:
+    for m, lm in ((m, lm) for m in p.models for lm in p.load_mode):
         for nb in p.n_batch:
             for nub in p.n_ubatch:
                 for tk, tv in p.cache_types:
@@ -153,7 +156,7 @@ def make_instances(p: BenchParams) -> list[Instance]:
                         for nt in p.n_threads:
                             for nd in p.n_depth:
                                 base = dict(model=m, n_depth=nd, n_batch=nb, n_ubatch=nub, type_k=tk, type_v=tv,
-                                            n_threads=nt, flash_attn=fa)
+                                            n_threads=nt, flash_attn=fa, load_mode=lm)
                                 out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
                                 out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
                                 out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg

@@ -196,6 +196,8 @@ class MarkdownPrinter(Printer):
             cols.append("type_k")
         if p.type_v != DEFAULT_CACHE_TYPE:
             cols.append("type_v")
+        if p.load_mode != ["auto"]:
+            cols.append("load_mode")
         if p.flash_attn != [-1]:  # llama-bench: shown unless the default (auto) alone
             cols.append("flash_attn")
         cols += ["test", "t/s"]

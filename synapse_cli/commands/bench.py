@@ -17,7 +17,7 @@ import os
 
 import click
 
-from .llama_flags import KV_CACHE_TYPES
+from .llama_flags import KV_CACHE_TYPES, LOAD_MODES
 
 from kernels.errors import SynapseError
 
@@ -74,6 +74,9 @@ def available_threads() -> tuple[int, int]:
               help="V cache types, comma list (default f16; quantized types need flash attention).")
 @click.option("-fa", "--flash-attn", "flash_attn", multiple=True, metavar="on|off|auto",
               help="Flash attention, comma list (default auto: on, as llama-bench on CPU).")
+@click.option("-lm", "--load-mode", "load_mode", multiple=True, metavar="MODE",
+              help="Model loading, comma list (auto, none, mmap, mlock, mmap+mlock, dio; default auto): none and dio "
+                   "read the products' weights into memory advised for huge pages, as decode's -lm.")
 @click.option("-t", "--threads", "n_threads", multiple=True, metavar="N", help="Threads, e.g. 2 or 1,2 or 1-2 (default: available CPUs).")
 @click.option("-r", "--repetitions", "reps", default="5", metavar="N", help="Repetitions of each test (default 5).")
 @click.option("-o", "--output", "output", default="md", metavar="md|csv|json|jsonl|sql", help="Output format on stdout (default md).")
@@ -82,8 +85,8 @@ def available_threads() -> tuple[int, int]:
 @click.option("--no-roofline", is_flag=True, help="Skip the read-bandwidth probe and the roofline column.")
 @click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench on each test right after synapse's run of it and add a 'vs llama.cpp' column.")
 @click.option("--probe-mib", default=1024, type=int, hidden=True, help="Size of the bandwidth probe buffer (MiB).")
-def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, flash_attn, n_threads, reps,
-            output, no_warmup, progress, no_roofline, compare, probe_mib):
+def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, flash_attn, load_mode,
+            n_threads, reps, output, no_warmup, progress, no_roofline, compare, probe_mib):
     """Measure prompt processing (pp) and generation (tg) speed, as llama-bench.
 
     Every N accepts a comma list and ranges first-last, first-last+step, first-last*mult
@@ -128,6 +131,11 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
             raise click.ClickException(f"-fa: {v!r} is not on, off or auto")
         fa.append(fa_values[v.lower()])
 
+    load_modes = _split(load_mode) or ["auto"]
+    bad = [m for m in load_modes if m not in LOAD_MODES]
+    if bad:
+        raise click.ClickException(f"-lm: invalid load mode {bad[0]!r} ({', '.join(LOAD_MODES)})")
+
     default_t, max_t = available_threads()
     threads = _ints(n_threads, "-t", 1) or [default_t]
     too_many = [t for t in threads if t > max_t]
@@ -146,7 +154,7 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
         n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
         n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
-        cache_types=pairs, flash_attn=fa or [-1], reps=r, no_warmup=no_warmup, progress=progress, output=output,
+        cache_types=pairs, flash_attn=fa or [-1], load_mode=load_modes, reps=r, no_warmup=no_warmup, progress=progress, output=output,
         roofline=not no_roofline, compare=compare,
     )
     if not B.make_instances(params):

@@ -17,7 +17,8 @@ import sys
 import click
 
 from kernels.errors import SynapseError
-from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
+from .llama_flags import (cache_type_options, flash_attn_option, ignored_llama_options, load_mode_option,
+                          resolve_flash_attn, resolve_use_mmap)
 from .sampling_options import sampling_given, sampling_options, sampling_params
 
 
@@ -70,6 +71,7 @@ def default_threads() -> int:
                    "on how the prompt is split into batches, as llama.cpp's do.")
 @flash_attn_option
 @ignored_llama_options
+@load_mode_option
 @click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
               help="Chat: format the prompt with the model's chat template, then (without -st) read further turns "
                    "from stdin. synapse's default is raw completion (llama-completion enables chat by itself "
@@ -90,8 +92,8 @@ def default_threads() -> int:
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
             cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
-            conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file, jinja,
-            json_output, **sampling_opts):
+            load_mode, conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file,
+            jinja, json_output, **sampling_opts):
     """Generate text from a prompt as llama-completion does.
 
     Where synapse's defaults differ from llama-completion's: without any sampling flag it decodes greedily
@@ -134,7 +136,8 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
-                        batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn))
+                        batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
+                        use_mmap=resolve_use_mmap(load_mode))
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     hp = sess.model.hparams
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning

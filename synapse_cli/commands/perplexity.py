@@ -16,11 +16,12 @@ import click
 
 from kernels.errors import SynapseError
 
-from .llama_flags import cache_type_options, flash_attn_option, ignored_llama_options, resolve_flash_attn
+from .llama_flags import (cache_type_options, flash_attn_option, ignored_llama_options, load_mode_option,
+                          resolve_flash_attn, resolve_use_mmap)
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
-          llama_batch_order, json_output, n_cells=None, n_batch=None):
+          llama_batch_order, json_output, n_cells=None, n_batch=None, use_mmap=True):
     """The session both modes run on, with llama-perplexity's batch geometry: n_seq = max(1, b / c) chunks per
     batch and n_batch = min(b, n_seq * c), so each chunk is decoded in batches of min(b, c) tokens (micro-batches
     of ub). Returns (session, min(b, c), n_seq). n_cells / n_batch: the context's cells and batch size instead
@@ -37,7 +38,8 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
     sess = open_session(model_path, n_ctx=n_cells or ctx_size, n_batch=n_batch, n_ubatch=n_ubatch,
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
-                        flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q)
+                        flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q,
+                        use_mmap=use_mmap)
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
@@ -65,6 +67,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @cache_type_options
 @flash_attn_option
 @ignored_llama_options
+@load_mode_option
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escapes in the text.")
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute batches in llama.cpp's batch orders (as decode): the logits, and so the perplexity, "
@@ -84,8 +87,9 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
                    "PPL), followed by the mean nll and its uncertainty without --ppl-stride.")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-            flash_attn, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
+            flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
+    use_mmap = resolve_use_mmap(load_mode)
     from ..text import read_prompt
 
     if ctx_size <= 0:
@@ -104,7 +108,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     if kld:
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                               cache_type_v, flash_attn, llama_batch_order, json_output,
-                              n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq))
+                              n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq), use_mmap=use_mmap)
     if text_file is None:
         raise SynapseError("give the text with -f/--file")
     text = read_prompt(None, text_file, escape)
@@ -113,11 +117,11 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             print(f"note: --kl-divergence-base is ignored with --ppl-stride (llama-perplexity writes no {kld_base} "
                   "in that mode)", file=sys.stderr)
         return _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-                        flash_attn, llama_batch_order, output_type, json_output)
+                        flash_attn, llama_batch_order, output_type, json_output, use_mmap)
     from ..perplexity import _div, perplexity
 
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                                 flash_attn, llama_batch_order, json_output)
+                                 flash_attn, llama_batch_order, json_output, use_mmap=use_mmap)
     err, out = sys.stderr, sys.stdout
     bar = _Progress(json_output)
 
@@ -176,13 +180,13 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
 
 
 def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v, flash_attn,
-             llama_batch_order, output_type, json_output):
+             llama_batch_order, output_type, json_output, use_mmap=True):
     """--ppl-stride: llama-perplexity's perplexity_v2 and its output (stdout: the ETA tail, `[i]x,` or
     `%8d  %.4lf` lines, two newlines; no final estimate)."""
     from ..perplexity import _div, _f, perplexity_v2
 
     sess, _, _ = _open(model_path, geo.n_ctx_seq, geo.n_batch, ubatch_size, threads, cache_type_k, cache_type_v,
-                       flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch)
+                       flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch, use_mmap=use_mmap)
     err, out = sys.stderr, sys.stdout
     bar = _Progress(json_output)
 
@@ -257,7 +261,7 @@ class _Progress:
 
 
 def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                   flash_attn, llama_batch_order, json_output, n_cells=None):
+                   flash_attn, llama_batch_order, json_output, n_cells=None, use_mmap=True):
     """--kl-divergence: llama-perplexity's table per chunk and its statistics (stdout), as it prints them."""
     from ..perplexity import KLD_TABLE_HEADER, kl_divergence, kld_statistics, kld_table_row
 
@@ -265,7 +269,7 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
         raise SynapseError("you must provide a name of a file containing the log probabilities of the base model "
                            "(--kl-divergence-base)")
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                                 flash_attn, llama_batch_order, json_output, n_cells=n_cells)
+                                 flash_attn, llama_batch_order, json_output, n_cells=n_cells, use_mmap=use_mmap)
     err, out = sys.stderr, sys.stdout
     rows = []
     bar = _Progress(json_output)
