@@ -1,8 +1,8 @@
-"""Flash attention for one query token, serial against parallel (issue #20): `kernels.flash_attn.flash_attn_ext`
+"""Flash attention for one query token, serial against parallel (issue #20): `kernels.flash_attn`'s one-row kernel
 on random F16 caches for the head shapes of SmolLM2 (9 heads / 3 KV / 64), Qwen2.5-1.5B (12 / 2 / 128) and
-Qwen2.5-0.5B (14 / 2 / 64) at 20, 120 and 400 visible cells, forced onto the calling thread and forced into a
-parallel region (ONE_ROW_PARALLEL_MIN_FLOPS set to the extremes). Best of 5 x 1000 calls, hot cache; checks the
-two give the same bits.
+Qwen2.5-0.5B (14 / 2 / 64) at 20, 120 and 400 visible cells, on the calling thread (`_one_row_items`) and in a
+parallel region (the form flash_attn_ext takes past ONE_ROW_PARALLEL_MIN_FLOPS: `_one_row_parallel`, or
+`_one_token_phases` where `in_phases`). Best of 5 x 1000 calls, hot cache; checks the two give the same bits.
 
     python benchmarks/attention_one_token.py [--threads 2]
 """
@@ -39,7 +39,6 @@ def main() -> None:
 
     set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    threshold = fa.ONE_ROW_PARALLEL_MIN_FLOPS
     for H, G, D in ((9, 3, 64), (12, 2, 128), (14, 2, 64)):
         for n_used, n_kv in ((20, 256), (120, 256), (400, 512)):
             q = rng.standard_normal((1, H, D)).astype(np.float32)
@@ -47,15 +46,16 @@ def main() -> None:
             kv_pos = np.where(np.arange(n_kv) < n_used, np.arange(n_kv), -1).astype(np.int32)
             pos = np.array([n_used - 1], np.int32)
             o1, o2 = np.empty((1, H * D), np.float32), np.empty((1, H * D), np.float32)
-            try:
-                fa.ONE_ROW_PARALLEL_MIN_FLOPS = 1 << 62
-                serial = best_us(lambda: fa.flash_attn_ext(q, k, v, n_kv, kv_pos, pos, 0.125, o1, fa.Order.SINGLE,
-                                                           args.threads))
-                fa.ONE_ROW_PARALLEL_MIN_FLOPS = 0
-                parallel = best_us(lambda: fa.flash_attn_ext(q, k, v, n_kv, kv_pos, pos, 0.125, o2, fa.Order.SINGLE,
-                                                             args.threads))
-            finally:
-                fa.ONE_ROW_PARALLEL_MIN_FLOPS = threshold
+            # the two forms called directly: ONE_ROW_PARALLEL_MIN_FLOPS is a global numba froze into the jitted
+            # on_calling_thread, so setting it from Python would change nothing
+            parts = fa.head_parts(1, G, H // G, args.threads)
+            scale = np.float32(0.125)
+            serial = best_us(lambda: fa._one_row_items(q, k, v, n_kv, kv_pos, pos, scale, o1, 1, 0, 1))
+            if fa.in_phases(1, n_kv, G, parts, args.threads):
+                parallel = best_us(lambda: fa._one_token_phases(q, k, v, n_kv, kv_pos, pos, scale, o2, args.threads))
+            else:
+                parallel = best_us(lambda: fa._one_row_parallel(q, k, v, n_kv, kv_pos, pos, scale, o2, parts,
+                                                                args.threads))
             same = np.array_equal(o1.view(np.uint32), o2.view(np.uint32))
             print(f"H {H:2d} Hkv {G} D {D:3d}, {n_used:3d} cells: serial {serial:6.1f} us, parallel {parallel:6.1f} us "
                   f"(head_parts {fa.head_parts(1, G, H // G, args.threads)}){'' if same else '  DIFFERENT BITS'}")
