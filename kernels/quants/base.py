@@ -98,6 +98,7 @@ def layout_only() -> Iterator[None]:
 
 
 def in_layout_only() -> bool:
+    """Whether weights packed now are layout-only shells (no bytes to read or move)."""
     return _layout_only
 
 
@@ -130,9 +131,9 @@ class WeightArena:
     attn_q: 1.4 MB) and the weights read from the file mapping (Q6_K: the rows as stored) sat on 4 KB pages.
     Measured side by side in one process (two copies of a model, tokens alternating): 4-5 % less time a token
     for Qwen2.5-1.5B and SmolLM2; but faulting in 2 MB pages is slow on this kind of VM, ~1 s more load for a
-    1 GB model, so Model.load uses an arena only when asked (llama.cpp's --no-mmap). Chunks of CHUNK bytes are reserved as needed; only the
-    pages written are resident, so the unused tail of a chunk costs at most one partly used 2 MB page.
-    Inside layout_only() nothing is written, so nothing becomes resident."""
+    1 GB model, so Model.load uses an arena only when asked (llama.cpp's -lm none). Chunks of CHUNK bytes are
+    reserved as needed; only the pages written are resident, so the unused tail of a chunk costs at most one
+    partly used 2 MB page. Inside layout_only() nothing is written, so nothing becomes resident."""
 
     CHUNK = 256 << 20
 

@@ -278,7 +278,8 @@ def make_result(inst: Instance, lm: LoadedModel, samples: list[int], test_time: 
         "model_filename": lm.filename, "model_type": lm.desc, "model_size": lm.size,
         "model_n_params": lm.n_params, "n_batch": inst.n_batch, "n_ubatch": inst.n_ubatch,
         "n_threads": inst.n_threads, "type_k": inst.type_k, "type_v": inst.type_v, "flash_attn": inst.flash_attn,
-        "load_mode": inst.load_mode, "n_prompt": inst.n_prompt, "n_gen": inst.n_gen, "n_depth": inst.n_depth, "test_time": test_time,
+        "load_mode": inst.load_mode, "n_prompt": inst.n_prompt, "n_gen": inst.n_gen, "n_depth": inst.n_depth,
+        "test_time": test_time,
     }
     return Result({k: f[k] for k in FIELDS if k not in STATS_FIELDS}, samples)
 
@@ -354,8 +355,7 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
             if lm is None or (lm.filename, loaded_mode) != (inst.model, inst.load_mode):
                 lm = None  # drop the previous model before mapping the next
                 prog.note(f"loading {inst.model}")
-                lm = describe(load(inst.model, False) if inst.load_mode == "auto" else
-                              load(inst.model, False, inst.load_mode), inst.model)
+                lm = describe(load(inst.model, False, inst.load_mode), inst.model)
                 loaded_mode = inst.load_mode
                 tokens = TokenSource(lm.n_vocab, lm.add_bos, lm.bos_id)
                 depth_state = DepthState()

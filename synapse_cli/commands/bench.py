@@ -154,8 +154,8 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
         n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
         n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
-        cache_types=pairs, flash_attn=fa or [-1], load_mode=load_modes, reps=r, no_warmup=no_warmup, progress=progress, output=output,
-        roofline=not no_roofline, compare=compare,
+        cache_types=pairs, flash_attn=fa or [-1], load_mode=load_modes, reps=r, no_warmup=no_warmup,
+        progress=progress, output=output, roofline=not no_roofline, compare=compare,
     )
     if not B.make_instances(params):
         raise click.ClickException("no tests to run (every -p, -n and -pg is 0)")
