@@ -584,11 +584,16 @@ def test_flash_attention_is_a_dimension_of_the_matrix():
     assert r.exit_code != 0 and "-fa" in r.stderr
 
 
-def test_load_mode_is_a_dimension_of_the_matrix():
-    """-lm auto,none: llama-bench's loop order (model, load mode, ...), one model load per (model, mode), the
-    load_mode column in md and field in json, -lm on the llama-bench command line of each compared row; the
-    rows of both modes run (none: the weights read into memory)."""
+def test_load_mode_is_a_dimension_of_the_matrix(monkeypatch):
+    """-lm auto,none: llama-bench's loop order (model, load mode, ...), one model load per (model, mode) (none:
+    the weights read into memory, use_mmap=False), the load_mode column in md and field in json, -lm on the
+    llama-bench command line of each compared row."""
     from synapse_cli.bench.compare import llama_bench_args, row_params
+    from synapse_cli.model import Model
+
+    loads, real = [], Model.load.__func__
+    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **kw: (loads.append(kw.get("use_mmap")),
+                                                                          real(cls, *a, **kw))[1]))
 
     p = B.BenchParams(models=["a.gguf", "b.gguf"], n_threads=[2], n_prompt=[8], n_gen=[2], load_mode=["auto", "none"])
     insts = B.make_instances(p)
@@ -604,6 +609,7 @@ def test_load_mode_is_a_dimension_of_the_matrix():
     rows = json.loads(r.stdout)
     assert [(x["load_mode"], x["n_prompt"], x["n_gen"]) for x in rows] == [
         ("auto", 8, 0), ("auto", 0, 2), ("none", 8, 0), ("none", 0, 2)]
+    assert loads == [True, False]
     r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-t", "1", "--no-roofline", "-lm", "none"])
     assert r.exit_code == 0 and " load_mode |" in r.stdout.splitlines()[0]
     r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-lm", "lazy"])

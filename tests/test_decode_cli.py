@@ -38,14 +38,22 @@ def test_json_matches_llama_greedy(stem, cache):
 
 
 @pytest.mark.parametrize("mode", ["none", "dio"])
-def test_load_mode_reading_the_weights_matches_llama_greedy(mode):
-    """-lm none / dio (llama.cpp's load modes that read the model instead of mapping it): the weights in memory,
-    the same greedy run as llama.cpp's."""
+def test_load_mode_reading_the_weights_matches_llama_greedy(mode, monkeypatch):
+    """-lm none / dio (llama.cpp's load modes that read the model instead of mapping it): the model is loaded
+    with use_mmap=False (the weights in memory), and the greedy run is llama.cpp's."""
+    from synapse_cli.model import Model
+
+    loads, real = [], Model.load.__func__
+    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **kw: (loads.append(kw.get("use_mmap")),
+                                                                          real(cls, *a, **kw))[1]))
     rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-Q4_K_M__pub.json").read_text())
     r = _run("-m", TINY_MODELS / "tiny-llama-Q4_K_M.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-fa", "off",
              "-lm", mode, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["generated_ids"] == rec["generated_ids"]
+    assert loads[-1] is False
+    _run("-m", TINY_MODELS / "tiny-llama-Q4_K_M.gguf", "-p", "x", "-n", 1, "--json")
+    assert loads[-1] is True  # the default maps the file
 
 
 def test_load_mode_mlock_is_mapped_with_a_note():

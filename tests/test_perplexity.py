@@ -25,8 +25,8 @@ def _llama(log_name: str) -> tuple[list[str], str]:
     return re.findall(r"\[\d+\]([\d.]+),", chunks), final
 
 
-def _ours(model) -> tuple[list[str], str, str]:
-    r = CliRunner().invoke(cli, ["perplexity", "-m", str(model), *ARGS])
+def _ours(model, *extra) -> tuple[list[str], str, str]:
+    r = CliRunner().invoke(cli, ["perplexity", "-m", str(model), *ARGS, *extra])
     assert r.exit_code == 0, r.output
     return re.findall(r"\[\d+\]([\d.]+),", r.stdout), re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0), r.stdout
 
@@ -304,3 +304,15 @@ def test_default_mode_is_llamas_arithmetic_on_large_batches_and_batch_invariant(
     assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
     numbers = [_layout(r.stdout)[1] + re.findall(r"Final estimate: PPL = (\S+ \+/- \S+)", r.stderr) for r in runs]
     assert len(numbers[0]) == 4 and numbers[0] == numbers[1] == numbers[2] != numbers[3]
+
+
+def test_load_mode_none_reads_the_weights_and_prints_the_same(monkeypatch):
+    """-lm none: the model loaded with use_mmap=False (its weights read into memory), the same perplexity."""
+    from synapse_cli.model import Model
+
+    mapped = _ours(TINY_MODELS / "tiny-llama-F32.gguf")
+    loads, real = [], Model.load.__func__
+    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **kw: (loads.append(kw.get("use_mmap")),
+                                                                          real(cls, *a, **kw))[1]))
+    assert _ours(TINY_MODELS / "tiny-llama-F32.gguf", "-lm", "none") == mapped
+    assert loads == [False]
