@@ -29,7 +29,12 @@ def _progress_enabled(show: bool) -> bool:
     return show and sys.stderr.isatty()
 
 
-def load_model(path: str, show_progress: bool = True, use_mmap: bool = True) -> Model:
+# llama.cpp's -lm/--load-mode values that read the model into memory instead of mapping it (Model.load's use_mmap)
+READ_LOAD_MODES = ("none", "dio")
+
+
+def load_model(path: str, show_progress: bool = True, load_mode: str = "auto") -> Model:
+    use_mmap = load_mode not in READ_LOAD_MODES
     if not _progress_enabled(show_progress):
         return Model.load(path, use_mmap=use_mmap)
     from rich.console import Console
@@ -118,13 +123,13 @@ def _start_cold_helper(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k:
 def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubatch: int = 512,
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
-                 flash_attn: bool = True, batched_kernels: bool = False, use_mmap: bool = True) -> Session:
+                 flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto") -> Session:
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
     helper, batch_pending = (_start_cold_helper(model_path, n_ctx, n_ubatch, cache_type_k, cache_type_v,
                                                 batch_invariant, flash_attn, show_progress) if warmup else (None, False))
-    model = load_model(model_path, show_progress, use_mmap)
+    model = load_model(model_path, show_progress, load_mode)
     tok = load_tokenizer(model.reader)
     ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,

@@ -66,6 +66,20 @@ def real_model():
     return real_model_path
 
 
+def spy_model_loads(monkeypatch) -> list:
+    """The use_mmap argument of every Model.load from now on (the model still loads), in a list."""
+    from synapse_cli.model import Model
+
+    loads, real = [], Model.load.__func__
+
+    def load(cls, *args, **kw):
+        loads.append(kw.get("use_mmap", True))
+        return real(cls, *args, **kw)
+
+    monkeypatch.setattr(Model, "load", classmethod(load))
+    return loads
+
+
 def bits(a) -> np.ndarray:
     """float32 values as their uint32 bit patterns: array_equal(bits(a), bits(b)) is bit-for-bit equality."""
     return np.asarray(a, np.float32).view(np.uint32)

@@ -18,7 +18,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, REAL_MODELS, TINY_MODELS, real_model_path
+from conftest import FIXTURES, REAL_MODELS, TINY_MODELS, real_model_path, spy_model_loads
 
 from synapse_cli import bench as B
 from synapse_cli.cli import cli
@@ -589,12 +589,8 @@ def test_load_mode_is_a_dimension_of_the_matrix(monkeypatch):
     the weights read into memory, use_mmap=False), the load_mode column in md and field in json, -lm on the
     llama-bench command line of each compared row."""
     from synapse_cli.bench.compare import llama_bench_args, row_params
-    from synapse_cli.model import Model
 
-    loads, real = [], Model.load.__func__
-    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **kw: (loads.append(kw.get("use_mmap")),
-                                                                          real(cls, *a, **kw))[1]))
-
+    loads = spy_model_loads(monkeypatch)
     p = B.BenchParams(models=["a.gguf", "b.gguf"], n_threads=[2], n_prompt=[8], n_gen=[2], load_mode=["auto", "none"])
     insts = B.make_instances(p)
     assert [(i.model, i.load_mode, i.test_name) for i in insts] == [

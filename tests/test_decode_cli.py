@@ -9,7 +9,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from conftest import FIXTURES, TINY_MODELS, VOCABS, real_model_path
+from conftest import FIXTURES, TINY_MODELS, VOCABS, real_model_path, spy_model_loads
 
 from synapse_cli.cli import cli
 
@@ -41,11 +41,7 @@ def test_json_matches_llama_greedy(stem, cache):
 def test_load_mode_reading_the_weights_matches_llama_greedy(mode, monkeypatch):
     """-lm none / dio (llama.cpp's load modes that read the model instead of mapping it): the model is loaded
     with use_mmap=False (the weights in memory), and the greedy run is llama.cpp's."""
-    from synapse_cli.model import Model
-
-    loads, real = [], Model.load.__func__
-    monkeypatch.setattr(Model, "load", classmethod(lambda cls, *a, **kw: (loads.append(kw.get("use_mmap")),
-                                                                          real(cls, *a, **kw))[1]))
+    loads = spy_model_loads(monkeypatch)
     rec = json.loads((FIXTURES / "tiny" / "greedy" / "tiny-llama-Q4_K_M__pub.json").read_text())
     r = _run("-m", TINY_MODELS / "tiny-llama-Q4_K_M.gguf", "-p", PROMPT, "-n", 48, "-c", 4096, "-t", 2, "-fa", "off",
              "-lm", mode, "--json")

@@ -506,12 +506,15 @@ def test_model_products_read_their_weights_from_the_arena():
     from synapse_cli.model import Model
 
     kinds = set()
-    for name in ("tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32"):
-        mapped = Model.load(TINY_MODELS / f"{name}.gguf")  # the default: the rows as stored stay in the mapping
+    ref = REPO / "tests" / "reference" / "models"  # the K-quant repacks the fixtures' files lack (Q2_K, Q3_K, Q5_K)
+    for path in [TINY_MODELS / f"{n}.gguf" for n in ("tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32")] + \
+            [ref / f"{n}.gguf" for n in ("tiny-llama-Q2_K", "tiny-llama-Q3_K_M", "tiny-llama-Q5_K_M")]:
+        name = path.stem
+        mapped = Model.load(path)  # the default: the rows as stored stay in the mapping
         assert all(w.repacked != np.may_share_memory(w.packed[0], w.raw)
                    for L in mapped.layers for w in L.qkv + [L.attn_output] + L.gate_up + [L.ffn_down])
         kinds |= {"mapped rows"} if any(not w.repacked for L in mapped.layers for w in L.qkv + L.gate_up) else set()
-        m = Model.load(TINY_MODELS / f"{name}.gguf", use_mmap=False)
+        m = Model.load(path, use_mmap=False)
         products = [m.output] + [w for L in m.layers for w in L.qkv + [L.attn_output] + L.gate_up + [L.ffn_down]]
         for w in products:
             arrays = [p for p in w.packed if isinstance(p, np.ndarray)]

@@ -366,13 +366,17 @@ def test_repacked_weights_leave_the_mapping():
 
 
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-llama-Q6_K", "tiny-qwen2-Q8_0", "tiny-mistral3-F32",
-                                  "tiny-llama-Q4_1"])
+                                  "tiny-llama-Q4_1", "tiny-llama-BF16", "ref/tiny-llama-Q2_K", "ref/tiny-llama-Q3_K_M",
+                                  "ref/tiny-llama-Q5_K_M"])
 def test_weights_read_into_memory_give_the_same_bits(name):
     """-lm none (Model.load(use_mmap=False): the products' weights in a huge-page arena, the rows read from the
-    file) computes what the mapped load does: a prompt's logits in one batch and then token by token."""
+    file) computes what the mapped load does: a prompt's logits in one batch and then token by token, for every
+    repack and for rows as stored (ref/: tests/reference/models, the K-quants the fixtures lack)."""
+    path = (REPO / "tests" / "reference" / "models" / f"{name[4:]}.gguf" if name.startswith("ref/")
+            else TINY_MODELS / f"{name}.gguf")
     outs = []
     for use_mmap in (True, False):
-        model = Model.load(TINY_MODELS / f"{name}.gguf", use_mmap=use_mmap)
+        model = Model.load(path, use_mmap=use_mmap)
         ctx = Context(model, n_ctx=256)
         outs.append((ctx.decode(PROMPT, all_logits=True), np.stack([ctx.decode([t]) for t in PROMPT[:6]])))
     for a, b in zip(*outs):

@@ -31,7 +31,7 @@ from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
                     maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
-from .base import BlockFormat, llama_repacks, register, run_repack
+from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q2_K][1]  # 84
 
@@ -223,7 +223,7 @@ def _gemv(w, qs, bsums, yd, out, mode):
 
 
 def _pack_fast(raw, K):
-    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     run_repack(_repack, raw, out)
     return (out, _REPACK if llama_repacks(GGMLType.Q2_K, raw.shape[0]) else _VEC_DOT)
 

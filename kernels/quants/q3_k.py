@@ -31,7 +31,7 @@ from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load32, maddubs, prefetch_span,
                     scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
-from .base import BlockFormat, register, run_repack
+from .base import BlockFormat, empty_aligned, register, run_repack
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q3_K][1]  # 110
 
@@ -171,7 +171,7 @@ def _gemm_tiled(w, qs, yd, out):
 
 
 def _pack_fast(raw, K):
-    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     run_repack(_repack, raw, out)
     return (out,)
 

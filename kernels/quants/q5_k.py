@@ -31,7 +31,7 @@ from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8
                     mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32,
                     zerof)
 from ..fp16 import fma_f32
-from .base import BlockFormat, register, run_repack
+from .base import BlockFormat, empty_aligned, register, run_repack
 from .kblock import scale_min_k4
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q5_K][1]  # 176
@@ -177,7 +177,7 @@ def _gemm_tiled(w, qs, yd, bs32, out):
 
 
 def _pack_fast(raw, K):
-    out = np.empty((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
+    out = empty_aligned((raw.shape[0], K // QK_K * PACKED_BYTES), np.uint8)
     run_repack(_repack, raw, out)
     return (out,)
 

@@ -301,10 +301,9 @@ def add_roofline(res: Result, inst: Instance, lm: LoadedModel, bandwidth: float 
 # ------------------------------------------------------------------------------------------------
 
 def _default_load(path: str, show_progress: bool, load_mode: str = "auto"):
-    from ..commands.llama_flags import resolve_use_mmap
     from ..session import load_model
 
-    return load_model(path, show_progress, resolve_use_mmap(load_mode))
+    return load_model(path, show_progress, load_mode)
 
 
 def _default_context(model, inst: Instance):

@@ -17,8 +17,8 @@ import sys
 import click
 
 from kernels.errors import SynapseError
-from .llama_flags import (cache_type_options, flash_attn_option, ignored_llama_options, load_mode_option,
-                          resolve_flash_attn, resolve_use_mmap)
+from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
+                          load_mode_option, resolve_flash_attn)
 from .sampling_options import sampling_given, sampling_options, sampling_params
 
 
@@ -137,7 +137,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
-                        use_mmap=resolve_use_mmap(load_mode))
+                        load_mode=announce_load_mode(load_mode))
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     hp = sess.model.hparams
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning

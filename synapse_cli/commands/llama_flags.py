@@ -44,12 +44,12 @@ def load_mode_option(f):
              "without locking it.")(f)
 
 
-def resolve_use_mmap(mode: str) -> bool:
-    """Model.load's use_mmap for a -lm value (a note on stderr for the mlock modes: nothing is locked)."""
+def announce_load_mode(mode: str) -> str:
+    """A note on stderr for the mlock modes (nothing is locked); returns the mode (session.load_model maps it)."""
     if "mlock" in mode:
         click.echo(f"note: -lm {mode}: synapse does not lock the weights in memory (mapped as with -lm mmap)",
                    err=True)
-    return mode not in ("none", "dio")
+    return mode
 
 
 # llama.cpp's -ctk/-ctv values (common/arg.cpp kv_cache_types)

@@ -16,12 +16,12 @@ import click
 
 from kernels.errors import SynapseError
 
-from .llama_flags import (cache_type_options, flash_attn_option, ignored_llama_options, load_mode_option,
-                          resolve_flash_attn, resolve_use_mmap)
+from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
+                          load_mode_option, resolve_flash_attn)
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
-          llama_batch_order, json_output, n_cells=None, n_batch=None, use_mmap=True):
+          llama_batch_order, json_output, n_cells=None, n_batch=None, load_mode="auto"):
     """The session both modes run on, with llama-perplexity's batch geometry: n_seq = max(1, b / c) chunks per
     batch and n_batch = min(b, n_seq * c), so each chunk is decoded in batches of min(b, c) tokens (micro-batches
     of ub). Returns (session, min(b, c), n_seq). n_cells / n_batch: the context's cells and batch size instead
@@ -39,7 +39,7 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
                         flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q,
-                        use_mmap=use_mmap)
+                        load_mode=load_mode)
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
@@ -89,7 +89,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
             flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
-    use_mmap = resolve_use_mmap(load_mode)
+    load_mode = announce_load_mode(load_mode)
     from ..text import read_prompt
 
     if ctx_size <= 0:
@@ -108,7 +108,7 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     if kld:
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                               cache_type_v, flash_attn, llama_batch_order, json_output,
-                              n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq), use_mmap=use_mmap)
+                              n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq), load_mode=load_mode)
     if text_file is None:
         raise SynapseError("give the text with -f/--file")
     text = read_prompt(None, text_file, escape)
@@ -117,11 +117,11 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
             print(f"note: --kl-divergence-base is ignored with --ppl-stride (llama-perplexity writes no {kld_base} "
                   "in that mode)", file=sys.stderr)
         return _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-                        flash_attn, llama_batch_order, output_type, json_output, use_mmap)
+                        flash_attn, llama_batch_order, output_type, json_output, load_mode)
     from ..perplexity import _div, perplexity
 
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                                 flash_attn, llama_batch_order, json_output, use_mmap=use_mmap)
+                                 flash_attn, llama_batch_order, json_output, load_mode=load_mode)
     err, out = sys.stderr, sys.stdout
     bar = _Progress(json_output)
 
@@ -180,13 +180,13 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
 
 
 def _strided(model_path, text, geo, stride, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v, flash_attn,
-             llama_batch_order, output_type, json_output, use_mmap=True):
+             llama_batch_order, output_type, json_output, load_mode="auto"):
     """--ppl-stride: llama-perplexity's perplexity_v2 and its output (stdout: the ETA tail, `[i]x,` or
     `%8d  %.4lf` lines, two newlines; no final estimate)."""
     from ..perplexity import _div, _f, perplexity_v2
 
     sess, _, _ = _open(model_path, geo.n_ctx_seq, geo.n_batch, ubatch_size, threads, cache_type_k, cache_type_v,
-                       flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch, use_mmap=use_mmap)
+                       flash_attn, llama_batch_order, json_output, n_batch=geo.n_batch, load_mode=load_mode)
     err, out = sys.stderr, sys.stdout
     bar = _Progress(json_output)
 
@@ -261,7 +261,7 @@ class _Progress:
 
 
 def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                   flash_attn, llama_batch_order, json_output, n_cells=None, use_mmap=True):
+                   flash_attn, llama_batch_order, json_output, n_cells=None, load_mode="auto"):
     """--kl-divergence: llama-perplexity's table per chunk and its statistics (stdout), as it prints them."""
     from ..perplexity import KLD_TABLE_HEADER, kl_divergence, kld_statistics, kld_table_row
 
@@ -269,7 +269,7 @@ def _kl_divergence(model_path, base, ctx_size, batch_size, ubatch_size, threads,
         raise SynapseError("you must provide a name of a file containing the log probabilities of the base model "
                            "(--kl-divergence-base)")
     sess, n_batch, n_seq = _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
-                                 flash_attn, llama_batch_order, json_output, n_cells=n_cells, use_mmap=use_mmap)
+                                 flash_attn, llama_batch_order, json_output, n_cells=n_cells, load_mode=load_mode)
     err, out = sys.stderr, sys.stdout
     rows = []
     bar = _Progress(json_output)
