@@ -27,10 +27,16 @@ from __future__ import annotations
 
 from kernels import config  # (first: NUMBA_CACHE_DIR before numba)
 
+import functools
+import math
+
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
+
+from kernels.config import jit
 
 
 HAS_AVX512 = {"avx512f", "f16c"} <= config.CPU_FEATURES
@@ -204,3 +210,163 @@ def lane16(typingctx, v, i):
         return builder.extract_element(args[0], context.cast(builder, args[1], sig.args[1], types.int32))
 
     return types.float32(v, i), codegen
+
+
+# glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, 2.28 on) on 16 lanes, as its FMA variant (__expf_fma, which
+# glibc's ifunc picks on x86 CPUs with FMA) computes it: in double, x * N/ln2 = k + r, a 32-entry table of
+# 2^(j/32), a degree-3 polynomial. The contractions (the kd and r FMAs) were read off Debian's glibc 2.36
+# libm.so.6; `expf16_matches_libm` checks them against the C library before a kernel relies on them.
+_EXP2F_N = 32
+_EXPF_INVLN2N = float.fromhex("0x1.71547652b82fep+0") * _EXP2F_N
+_EXPF_SHIFT = float.fromhex("0x1.8p+52")
+_EXPF_C = (float.fromhex("0x1.c6af84b912394p-5") / _EXP2F_N ** 3, float.fromhex("0x1.ebfce50fac4f3p-3") / _EXP2F_N ** 2,
+           float.fromhex("0x1.62e42ff0c52d6p-1") / _EXP2F_N)
+# __exp2f_data.tab (e_exp2f_data.c): asuint64(2^(j/N)) - (j << 52 - 5), j < 32 (k's exponent bits added back)
+_EXP2F_TAB = [int(h, 16) for h in """
+    3ff0000000000000 3fefd9b0d3158574 3fefb5586cf9890f 3fef9301d0125b51 3fef72b83c7d517b 3fef54873168b9aa
+    3fef387a6e756238 3fef1e9df51fdee1 3fef06fe0a31b715 3feef1a7373aa9cb 3feedea64c123422 3feece086061892d
+    3feebfdad5362a27 3feeb42b569d4f82 3feeab07dd485429 3feea47eb03a5585 3feea09e667f3bcd 3fee9f75e8ec5f74
+    3feea11473eb0187 3feea589994cce13 3feeace5422aa0db 3feeb737b0cdc5e5 3feec49182a3f090 3feed503b23e255d
+    3feee89f995ad3ad 3feeff76f2fb5e47 3fef199bdd85529c 3fef3720dcef9069 3fef5818dcfba487 3fef7c97337b9b5f
+    3fefa4afa2a490da 3fefd0765b6e4540""".split()]
+_EXPF_UFLOW = float.fromhex("-0x1.9fe368p6")  # below: 0 (log 2^-150)
+_EXPF_MAY_UFLOW = float.fromhex("-0x1.9d1d9ep6")  # below: __math_may_uflowf, 0x1.4p-75f squared = 2^-149
+_EXPF_OFLOW = float.fromhex("0x1.62e42ep6")  # above: +inf
+
+
+def _expf_ir(builder, xf):
+    """IR of glibc's expf (see above) on a <16 x float>."""
+    d16 = ir.VectorType(ir.DoubleType(), 16)
+    i64 = ir.IntType(64)
+    q16 = ir.VectorType(i64, 16)
+    q8 = ir.VectorType(i64, 8)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(d16, [d16, d16, d16]), "llvm.fma.v16f64")
+    perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(q8, [q8, q8, q8]),
+                                          "llvm.x86.avx512.vpermi2var.q.512")
+
+    def dc(v):
+        return ir.Constant(d16, [v] * 16)
+
+    xd = builder.fpext(xf, d16)
+    kd = builder.call(fma, [dc(_EXPF_INVLN2N), xd, dc(_EXPF_SHIFT)])  # vfmadd: z + shift in one rounding
+    ki = builder.bitcast(kd, q16)
+    kd = builder.fsub(kd, dc(_EXPF_SHIFT))
+    r = builder.call(fma, [dc(_EXPF_INVLN2N), xd, builder.fneg(kd)])  # vfmsub: z - kd, z unrounded
+    j = builder.and_(ki, ir.Constant(q16, [_EXP2F_N - 1] * 16))
+    tabs = [ir.Constant(q8, _EXP2F_TAB[8 * i: 8 * i + 8]) for i in range(4)]
+    halves = []
+    for h in range(2):
+        jh = builder.shuffle_vector(j, j, ir.Constant(ir.VectorType(_i32, 8), list(range(8 * h, 8 * h + 8))))
+        lo = builder.call(perm, [tabs[0], jh, tabs[1]])  # entries 0..15 (index bits 0-3)
+        hi = builder.call(perm, [tabs[2], jh, tabs[3]])  # entries 16..31
+        upper = builder.icmp_unsigned(">=", jh, ir.Constant(q8, [16] * 8))
+        halves.append(builder.select(upper, hi, lo))
+    t = builder.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+    t = builder.add(t, builder.shl(ki, ir.Constant(q16, [52 - 5] * 16)))
+    s = builder.bitcast(t, d16)
+    z = builder.call(fma, [r, dc(_EXPF_C[0]), dc(_EXPF_C[1])])
+    r2 = builder.fmul(r, r)
+    y = builder.call(fma, [r, dc(_EXPF_C[2]), dc(1.0)])
+    y = builder.call(fma, [z, r2, y])
+    y = builder.fptrunc(builder.fmul(y, s), _VT)
+    y = builder.select(builder.fcmp_ordered("<", xf, _splat_const(_EXPF_MAY_UFLOW)), _splat_const(2.0 ** -149), y)
+    y = builder.select(builder.fcmp_ordered("<", xf, _splat_const(_EXPF_UFLOW)), _splat_const(0.0), y)
+    y = builder.select(builder.fcmp_ordered(">", xf, _splat_const(_EXPF_OFLOW)), _splat_const(float("inf")), y)
+    return builder.select(builder.fcmp_unordered("uno", xf, xf), builder.fadd(xf, xf), y)
+
+
+def _splat_const(v):
+    return ir.Constant(_VT, [v] * 16)
+
+
+@intrinsic
+def expf16(typingctx, x):
+    """glibc expf of each lane (see above): the same bits as the C library's expf (the scalar kernels' math.exp on
+    a float32) where `expf16_matches_libm()`; AVX512 only (the table lookup is two vpermi2q per 8 lanes)."""
+    if x != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _expf_ir(builder, args[0])
+
+    return F32x16(x), codegen
+
+
+def _lane_shift_up(builder, v, k, fill):
+    """Lanes moved up by k (lane i takes lane i - k), the first k lanes from the vector fill."""
+    return builder.shuffle_vector(fill, v, ir.Constant(ir.VectorType(_i32, 16), [16 + i - k if i >= k else i
+                                                                                 for i in range(16)]))
+
+
+def _max(builder, a, b):
+    return builder.select(builder.fcmp_ordered(">", b, a), b, a)
+
+
+@intrinsic
+def online_soft_max16(typingctx, x, visible, M):
+    """ggml's one-row online soft-max for 16 cells at once: x the cells' scaled scores, visible nonzero in the
+    lanes of cells the mask lets through (the others are skipped: they neither move the maximum nor take ms,
+    vs), M the running maximum before the first. Returns (ms, vs, M after the last): per lane, against the
+    maximum m of M and the visible lanes before it (a prefix scan, 4 steps), a new maximum (x > m) gives ms =
+    expf(m - x), vs = 1, otherwise ms = 1, vs = expf(x - m): one expf16 per lane. NaN scores never become the
+    maximum (as `s > M` in the scalar loop)."""
+    if x != F32x16 or visible != F32x16 or M != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        x, visible, m0 = args
+        ninf = _splat_const(float("-inf"))
+        counts = builder.and_(builder.fcmp_ordered("!=", visible, _splat_const(0.0)),
+                              builder.fcmp_ordered("ord", x, x))
+        m = builder.select(counts, x, ninf)
+        for k in (1, 2, 4, 8):  # inclusive running maximum
+            m = _max(builder, m, _lane_shift_up(builder, m, k, ninf))
+        c = builder.insert_element(ir.Constant(_VT, ir.Undefined), m0, ir.Constant(_i32, 0))
+        c = builder.shuffle_vector(c, ir.Constant(_VT, ir.Undefined), ir.Constant(ir.VectorType(_i32, 16), [0] * 16))
+        m = _max(builder, m, c)
+        before = _lane_shift_up(builder, m, 1, c)
+        new = builder.fcmp_ordered(">", x, before)
+        e = _expf_ir(builder, builder.select(new, builder.fsub(before, x), builder.fsub(x, before)))
+        one = _splat_const(1.0)
+        ms = builder.select(new, e, one)
+        vs = builder.select(new, one, e)
+        last = builder.extract_element(m, ir.Constant(_i32, 15))
+        return context.make_tuple(builder, sig.return_type, [ms, vs, last])
+
+    return types.Tuple((F32x16, F32x16, types.float32))(x, visible, M), codegen
+
+
+@jit
+def _expf16_mismatches(lo_bits, hi_bits, step):
+    """How many float32 of bit patterns lo_bits, lo_bits + step, ... < hi_bits expf16 computes otherwise than
+    the C library's expf (math.exp on a float32 calls it), NaN against NaN counting as equal."""
+    xs = np.empty(16, np.uint32)
+    out = np.empty(16, np.float32)
+    bad = 0
+    for b in range(lo_bits, hi_bits, 16 * step):
+        for i in range(16):
+            xs[i] = min(b + i * step, hi_bits - 1)
+        xf = xs.view(np.float32)
+        store16(out, 0, expf16(load16(xf, 0)))
+        for i in range(16):
+            ref = np.float32(math.exp(xf[i]))
+            if out[i] != ref and not (ref != ref and out[i] != out[i]):
+                bad += 1
+    return bad
+
+
+@functools.cache
+def expf16_matches_libm() -> bool:
+    """Whether expf16 gives this C library's expf on a sample of every range its code distinguishes (each 1009th
+    float32 of [-104, 0], each 65537th of the rest, the thresholds, and -63.0995..., the one argument of [-104, 0]
+    where r's contraction shows; ~10 ms): checked once a process before the vectorised kernels use it; a different
+    libm keeps them on their scalar paths (the same bits, slower)."""
+    if not HAS_AVX512:
+        return False
+    edges = np.array([0.0, -0.0, 1.0, -1.0, _EXPF_UFLOW, _EXPF_MAY_UFLOW, _EXPF_OFLOW, 88.0, -88.0, np.inf, -np.inf,
+                      np.nan, -103.0, 1e-30, -1e-30, 2.0 ** -149, -63.09946060180664], np.float32).view(np.uint32)
+    runs = [(0xC2D00000, 0xFFFFFFFF + 1, 65537), (0x80000000, 0xC2D00000, 1009), (0, 0x80000000, 65537)]
+    return (sum(_expf16_mismatches(lo, hi, step) for lo, hi, step in runs)
+            + sum(_expf16_mismatches(int(b), int(b) + 1, 1) for b in edges)) == 0

@@ -49,6 +49,7 @@ from kernels.activations import row_max, vec_soft_max
 from kernels.order import Order
 from kernels.attention import _dot_lanes, _dots16, _dots16_heads
 from kernels.config import ijit
+from kernels.flash_attn_rows import one_row_tile_items, one_row_tiles, rows_kernel_applies
 from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
 from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
@@ -746,7 +747,12 @@ def flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, order=Order.SIN
     n_chunks = max(1, int(n_threads))
     scale = np.float32(scale)
     serial = on_calling_thread(T, H, D, n_kv, q_pos, n_chunks)
-    if path == PATH_ONE_ROW and D % 64 == 0:
+    if path == PATH_ONE_ROW and rows_kernel_applies(T, D):  # a batch: the same kernel regrouped (flash_attn_rows)
+        if serial:
+            one_row_tile_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 0, 1)
+        else:
+            one_row_tiles(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks)
+    elif path == PATH_ONE_ROW and D % 64 == 0:
         if serial:
             _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, 1, 0, 1)
         else:

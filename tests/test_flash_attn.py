@@ -185,3 +185,133 @@ def test_batched_order_rows_do_not_depend_on_the_batch():
         one = np.empty((1, whole.shape[1]), np.float32)
         flash_attn_ext(q[t:t + 1], k, v, 256, kv_pos, q_pos[t:t + 1], 0.125, one, Order.BATCHED, 1)
         assert np.array_equal(one[0], whole[t])
+
+
+# --- the one-row kernel for batches (kernels/flash_attn_rows.py) and its 16-lane primitives (kernels/_vec.py)
+
+needs_avx512 = pytest.mark.skipif(not __import__("kernels._vec", fromlist=["HAS_AVX512"]).HAS_AVX512,
+                                  reason="the 16-lane expf's table lookup is AVX512 code")
+
+
+@needs_avx512
+def test_expf16_is_the_c_library_expf():
+    """expf16 (glibc's expf in 16 lanes) against this C library's expf (math.exp on a float32, the scalar kernels'
+    call): every 37th float32 of [-104, 0] (the soft-max's arguments), every 4099th of the rest, the range edges
+    and a few special values; and the once-a-process check the kernels rely on says so too. (All 2^32 inputs
+    matched when the code was written: RESULTS.md, issue #20.)"""
+    from kernels._vec import _EXPF_MAY_UFLOW, _EXPF_OFLOW, _EXPF_UFLOW, _expf16_mismatches, expf16_matches_libm
+
+    assert _expf16_mismatches(0x80000000, 0xC2D00001, 37) == 0
+    assert _expf16_mismatches(0xC2D00001, 0xFFFFFFFF + 1, 4099) == 0
+    assert _expf16_mismatches(0, 0x80000000, 4099) == 0
+    # 0xC27C65D9 (-63.0995): the one argument of [-104, 0] whose expf needs r's FMA (z - kd with z unrounded); the
+    # other contractions (kd, the polynomial) give the same floats over that range either way
+    hard = np.array([0xC27C65D9], np.uint32).view(np.float32)[0]
+    for x in (_EXPF_UFLOW, _EXPF_MAY_UFLOW, _EXPF_OFLOW, -88.0, 88.0, 0.0, -0.0, -np.inf, np.inf, np.nan, hard):
+        b = int(np.array([x], np.float32).view(np.uint32)[0])
+        for d in (-1, 0, 1):  # the value and its neighbours
+            if 0 <= b + d <= 0xFFFFFFFF:
+                assert _expf16_mismatches(b + d, b + d + 1, 1) == 0, (x, d)
+    assert expf16_matches_libm()
+
+
+@needs_avx512
+def test_online_soft_max16_is_the_scalar_loop():
+    """16 cells at a time with a prefix scan of the running maximum: per visible cell the ms and vs of the scalar
+    loop (`_soft_max_row`, ggml's order), and the maximum carried to the next block, with hidden cells, NaN, -inf
+    and +inf scores, ties, and scores far below the maximum (expf underflowing to 0 and subnormals)."""
+    from numba import njit
+
+    from kernels._vec import load16, online_soft_max16, store16
+    from kernels.flash_attn import _soft_max_row
+
+    @njit
+    def blocks(x, vis, ms, vs):
+        m = np.float32(-np.inf)
+        for c in range(0, x.shape[0], 16):
+            a, b, m = online_soft_max16(load16(x, c), load16(vis, c), m)
+            store16(ms, c, a)
+            store16(vs, c, b)
+        return m
+
+    rng = np.random.default_rng(5)
+    for case in range(40):
+        n = 16 * int(rng.integers(1, 9))
+        x = (rng.standard_normal(n) * (1.0, 10.0, 60.0)[case % 3]).astype(np.float32)
+        x += np.linspace(0, (0.0, 30.0)[case % 2], n, dtype=np.float32)  # a rising maximum: many new maxima
+        x[rng.integers(0, n, 3)] = x[rng.integers(0, n)]  # ties with earlier scores
+        if case % 4 == 1:
+            x[rng.integers(0, n, 2)] = np.nan
+        if case % 4 == 2:
+            x[rng.integers(0, n, 2)] = -np.inf
+        if case % 8 == 3:
+            x[rng.integers(0, n)] = np.inf
+        vis = (rng.random(n) < 0.8).astype(np.float32)
+        ms = np.empty(n, np.float32)
+        vs = np.empty(n, np.float32)
+        m = blocks(x, vis, ms, vs)
+        cells = np.flatnonzero(vis).astype(np.int64)
+        want_ms = np.empty(n, np.float32)
+        want_vs = np.empty(n, np.float32)
+        _soft_max_row(x, 0, cells, len(cells), np.float32(1.0), want_ms, want_vs)
+        k = len(cells)
+        for got, want in ((ms[cells], want_ms[:k]), (vs[cells], want_vs[:k])):
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)) or \
+                np.array_equal(got, want, equal_nan=True), case
+        seen = x[cells][~np.isnan(x[cells])]
+        assert m == (seen.max() if seen.size else -np.inf), case
+
+
+@needs_avx512
+@pytest.mark.parametrize("H,Hkv,D", [(9, 3, 64), (12, 2, 128), (8, 1, 64), (4, 4, 64), (6, 2, 192), (10, 5, 64)])
+@pytest.mark.parametrize("T,depth", [(2, 0), (13, 290), (9, 700)])
+def test_rows_kernel_is_the_scalar_specification(H, Hkv, D, T, depth):
+    """The one-row kernel regrouped for batches (tiles of ROWS_TILE tokens x a KV head's query heads, cells in
+    chunks of ROWS_CHUNK) gives, row by row, the bits of the scalar port of ggml's loop (`_row_chunk`) at 1-3
+    threads: several tiles and chunks, a last partial tile and chunk, empty cells and cells out of order, a
+    maximum that keeps rising across chunks (the rescaling), head groups of 1 to 8 heads (slab groups of three
+    with a short last one), a head dimension the unrolled scores do not cover (192), and large scores whose expf
+    underflow to subnormals and 0. flash_attn_ext takes this kernel for a batch of the one-row path."""
+    from kernels.flash_attn import _flash_attn_ext
+    from kernels.flash_attn_rows import ROWS_CHUNK, ROWS_TILE, one_row_tile_items, one_row_tiles, rows_kernel_applies
+
+    n_kv = depth + T + 37
+    assert rows_kernel_applies(T, D)
+    q, k, v, kv_pos, q_pos = _case(T, n_kv, H, Hkv, D, seed=H + D + T)
+    kv_pos[depth // 3: depth // 3 + 20] = -1
+    kv_pos[depth // 2: depth // 2 + 40] = kv_pos[depth // 2: depth // 2 + 40][::-1].copy()
+    ramp = (np.linspace(0.0, 6.0, n_kv, dtype=np.float32)[:, None, None] * np.ones((1, Hkv, D), np.float32))
+    k = (k.view(np.float16).astype(np.float32) + ramp).astype(np.float16).view(np.uint16)
+    if depth == 290:
+        q = q * 8  # scores spread over hundreds: most expf arguments below -104
+    want = np.empty((T, H * D), np.float32)
+    _flash_attn_ext(q, k, v, n_kv, kv_pos, q_pos, np.float32(0.125), want, PATH_ONE_ROW, 1)
+    got = np.empty_like(want)
+    one_row_tile_items(q, k, v, n_kv, kv_pos, q_pos, np.float32(0.125), got, 0, 1)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for threads in (2, 3):
+        got[:] = 0
+        one_row_tiles(q, k, v, n_kv, kv_pos, q_pos, np.float32(0.125), got, threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
+        assert np.array_equal(_run((q, k, v, kv_pos, q_pos), n_kv, False, threads).view(np.uint32),
+                              want.view(np.uint32)), threads
+    if depth == 700:
+        assert n_kv > 2 * ROWS_CHUNK and T > ROWS_TILE
+
+
+@needs_avx512
+def test_rows_kernel_with_nan_scores():
+    """A query head with NaN: the rows kernel gives NaN exactly where the scalar loop does, the other heads'
+    bits unchanged."""
+    from kernels.flash_attn import _flash_attn_ext
+    from kernels.flash_attn_rows import one_row_tiles
+
+    q, k, v, kv_pos, q_pos = _case(6, 300, 9, 3, 64, seed=3)
+    q[2, 4, 7] = np.nan
+    want = np.empty((6, 9 * 64), np.float32)
+    _flash_attn_ext(q, k, v, 300, kv_pos, q_pos, np.float32(0.125), want, PATH_ONE_ROW, 1)
+    got = np.empty_like(want)
+    one_row_tiles(q, k, v, 300, kv_pos, q_pos, np.float32(0.125), got, 2)
+    assert np.isnan(want).any() and np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))

@@ -1,0 +1,305 @@
+"""ggml's one-row flash-attention kernel for a batch of query rows: the same bits per row, the work regrouped.
+
+kernels/flash_attn.py gives the kernel (`_row_chunk`, ggml_compute_forward_flash_attn_ext_f16_one_chunk) and runs
+it a query token at a time. For a prompt, a work item here is a tile of ROWS_TILE tokens x the query heads of one
+KV head, and the KV cells go by in chunks of ROWS_CHUNK:
+
+    K, V of the chunk converted to F32 once (kb, vb)                 each row reads them from L1/L2 as F32
+    scores: per (row, 16 cells), ggml_vec_dot_f16's 16 lane sums      Q in registers, the 16 cells reduced
+            by the `_mm512_reduce_add_ps` tree all at once            together (kernels/_vec.py fold8..fold1)
+    soft-max: per (row, 16 cells), `online_soft_max16`                the running maximum by a prefix scan,
+                                                                      one 16-lane glibc expf for ms or vs
+    VKQ: per token, its heads' F16 accumulators over its visible      twelve 16-lane chains in registers,
+         cells in order; S = fma(S, ms, vs) beside them               the accumulators kept across chunks
+
+Per row every operation is the scalar kernel's, in its order: a score is the same 64-element FMA lanes and
+reduction tree (with D = 64, s0 + s2 is fused into one FMA: both are exact products of two F16 values, so the
+FMA rounds what the add rounds); the running maximum, ms and vs are those of the cell loop (only cells the mask
+shows count; a NaN score never becomes the maximum); each accumulator takes fp16(VKQ * ms) on a new maximum and
+fp16(fma(V, vs, VKQ)) every visible cell, in cell order. So the output equals `_row_chunk`'s, row by row, for any
+tile, chunk or thread count (tests/test_flash_attn.py).
+"""
+
+from __future__ import annotations
+
+import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
+
+import numpy as np
+from numba import prange
+
+from kernels._vec import (
+    HAS_AVX512, add16, expf16_matches_libm, fma16, fold1, fold2, fold4, fold8, load16, mul16, online_soft_max16,
+    round_f16_16, splat16, store16, zero16,
+)
+from kernels.config import ijit, jit, pjit
+from kernels.fp16 import fma_f32, round_f16_scalar
+
+ROWS_TILE = 4  # query tokens per work item: they share each chunk's conversion of K and V to F32
+ROWS_CHUNK = 256  # KV cells per chunk: K and V as F32 (2 x 256 x D x 4 bytes) stay in L2 for the tile's rows
+ROWS_MIN = 2  # batches of at least this many tokens take this kernel (one token: flash_attn's own paths)
+
+
+def rows_kernel_applies(T: int, D: int) -> bool:
+    """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: AVX512 (the 16-lane
+    expf's table lookup), a head dimension of a multiple of 64, and a C library whose expf expf16 reproduces."""
+    return T >= ROWS_MIN and D % 64 == 0 and HAS_AVX512 and expf16_matches_libm()
+
+
+@ijit
+def _lanes64(kb, o, qv, qo, D):
+    """ggml_vec_dot_f16's 16 lane sums (before `_mm512_reduce_add_ps`) of the F32 row kb[o:o+64] with qv[qo:qo+64]:
+    s_j = fma(K_j, Q_j, 0) for the four 16-lane parts j, then (s0 + s2) + (s1 + s3). s0 and s2 are exact products
+    of two F16 values, so fma(K0, Q0, s2) rounds s0 + s2 once, as the add does."""
+    s2 = fma16(load16(kb, o + 32), load16(qv, qo + 32), zero16())
+    s3 = fma16(load16(kb, o + 48), load16(qv, qo + 48), zero16())
+    return add16(fma16(load16(kb, o), load16(qv, qo), s2), fma16(load16(kb, o + 16), load16(qv, qo + 16), s3))
+
+
+@ijit
+def _lanes128(kb, o, qv, qo, D):
+    """The same for 128 elements: each s_j an FMA chain over the two 64-element steps."""
+    s0 = fma16(load16(kb, o + 64), load16(qv, qo + 64), fma16(load16(kb, o), load16(qv, qo), zero16()))
+    s1 = fma16(load16(kb, o + 80), load16(qv, qo + 80), fma16(load16(kb, o + 16), load16(qv, qo + 16), zero16()))
+    s2 = fma16(load16(kb, o + 96), load16(qv, qo + 96), fma16(load16(kb, o + 32), load16(qv, qo + 32), zero16()))
+    s3 = fma16(load16(kb, o + 112), load16(qv, qo + 112), fma16(load16(kb, o + 48), load16(qv, qo + 48), zero16()))
+    return add16(add16(s0, s2), add16(s1, s3))
+
+
+@ijit
+def _lanes_any(kb, o, qv, qo, D):
+    """The same for any multiple of 64."""
+    s0 = s1 = s2 = s3 = zero16()
+    for i in range(0, D, 64):
+        s0 = fma16(load16(kb, o + i), load16(qv, qo + i), s0)
+        s1 = fma16(load16(kb, o + i + 16), load16(qv, qo + i + 16), s1)
+        s2 = fma16(load16(kb, o + i + 32), load16(qv, qo + i + 32), s2)
+        s3 = fma16(load16(kb, o + i + 48), load16(qv, qo + i + 48), s3)
+    return add16(add16(s0, s2), add16(s1, s3))
+
+
+def _make_scores(lanes):
+    """scores(kb, qv, D, n_rows, cn16, sc): sc[r, c] (rows, ROWS_CHUNK) = the raw score of row r (qv[r*D:][:D]) with
+    cell c < cn16 of the chunk (kb (ROWS_CHUNK, D) F32), 16 cells at a time: lanes(...) of each, reduced together
+    by the `_mm512_reduce_add_ps` tree. One function per head dimension with no branch in its loop: numba's
+    reference-count pruning then drops the arrays' increfs (a branch inside left NRT calls in the loop, and
+    every vector spilled around them: 3x the time)."""
+    @ijit
+    def scores16(kb, o, qv, qo, D, sc, so):
+        f0 = fold8(lanes(kb, o, qv, qo, D), lanes(kb, o + D, qv, qo, D))
+        f1 = fold8(lanes(kb, o + 2 * D, qv, qo, D), lanes(kb, o + 3 * D, qv, qo, D))
+        f2 = fold8(lanes(kb, o + 4 * D, qv, qo, D), lanes(kb, o + 5 * D, qv, qo, D))
+        f3 = fold8(lanes(kb, o + 6 * D, qv, qo, D), lanes(kb, o + 7 * D, qv, qo, D))
+        f4 = fold8(lanes(kb, o + 8 * D, qv, qo, D), lanes(kb, o + 9 * D, qv, qo, D))
+        f5 = fold8(lanes(kb, o + 10 * D, qv, qo, D), lanes(kb, o + 11 * D, qv, qo, D))
+        f6 = fold8(lanes(kb, o + 12 * D, qv, qo, D), lanes(kb, o + 13 * D, qv, qo, D))
+        f7 = fold8(lanes(kb, o + 14 * D, qv, qo, D), lanes(kb, o + 15 * D, qv, qo, D))
+        store16(sc, so, fold1(fold2(fold4(f0, f1), fold4(f2, f3)), fold2(fold4(f4, f5), fold4(f6, f7))))
+
+    @jit
+    def scores(kb, qv, D, n_rows, cn16, sc):
+        for c in range(0, cn16, 16):
+            for r in range(n_rows):
+                scores16(kb, c * D, qv, r * D, D, sc, r * ROWS_CHUNK + c)
+
+    return scores
+
+
+_scores64 = _make_scores(_lanes64)
+_scores128 = _make_scores(_lanes128)
+_scores_any = _make_scores(_lanes_any)
+
+
+@ijit
+def _mad(vb, vo, vs, a):
+    """fp16(fma(V, vs, a)) for one 16-lane F16 accumulator, V the F32 values at vb[vo:vo+16] (ggml_vec_mad_f16)."""
+    return round_f16_16(fma16(load16(vb, vo), splat16(vs), a))
+
+
+@ijit
+def _rescale4(x0, x1, x2, x3, ms):
+    """fp16(x * ms) of four 16-lane F16 accumulators where ms != 1 (ggml_vec_scale_f16 on a new maximum; ms == 1
+    would leave F16 values as they are)."""
+    if ms != 1.0:
+        v = splat16(ms)
+        x0 = round_f16_16(mul16(x0, v))
+        x1 = round_f16_16(mul16(x1, v))
+        x2 = round_f16_16(mul16(x2, v))
+        x3 = round_f16_16(mul16(x3, v))
+    return x0, x1, x2, x3
+
+
+@ijit
+def _mad4(vb, o, vs, x0, x1, x2, x3):
+    return _mad(vb, o, vs, x0), _mad(vb, o + 16, vs, x1), _mad(vb, o + 32, vs, x2), _mad(vb, o + 48, vs, x3)
+
+
+@ijit
+def _load4(acc, o):
+    return load16(acc, o), load16(acc, o + 16), load16(acc, o + 32), load16(acc, o + 48)
+
+
+@ijit
+def _store4(acc, o, x0, x1, x2, x3):
+    store16(acc, o, x0)
+    store16(acc, o + 16, x1)
+    store16(acc, o + 32, x2)
+    store16(acc, o + 48, x3)
+
+
+@jit
+def _vkq_slabs(vb, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S):
+    """Three slabs (row r, 64 dimensions from d) of the accumulators acc (rows, D) F32 (F16 values) over the
+    visible cells vis[:nv] of the chunk (vb (ROWS_CHUNK, D) its V; msv / vsv (rows, ROWS_CHUNK)), in cell order:
+    twelve independent chains in registers; S[r] = fma(S[r], ms, vs) kept from a row's slab at dimension 0. A
+    slab given twice computes and stores the same values twice."""
+    a0, a1, a2, a3 = _load4(acc, ra * D + da)
+    b0, b1, b2, b3 = _load4(acc, rb * D + db)
+    e0, e1, e2, e3 = _load4(acc, rc * D + dc)
+    Sa, Sb, Sc = S[ra], S[rb], S[rc]
+    one = np.float32(1.0)
+    for i in range(nv):
+        c = vis[i]
+        ma, mb, mc = msv[ra, c], msv[rb, c], msv[rc, c]
+        va, vb_, vc = vsv[ra, c], vsv[rb, c], vsv[rc, c]
+        Sa = fma_f32(Sa, ma, va)
+        Sb = fma_f32(Sb, mb, vb_)
+        Sc = fma_f32(Sc, mc, vc)
+        if ma != one or mb != one or mc != one:  # a new maximum (rare past the first cells): one branch for all
+            a0, a1, a2, a3 = _rescale4(a0, a1, a2, a3, ma)
+            b0, b1, b2, b3 = _rescale4(b0, b1, b2, b3, mb)
+            e0, e1, e2, e3 = _rescale4(e0, e1, e2, e3, mc)
+        o = c * D
+        a0, a1, a2, a3 = _mad4(vb, o + da, va, a0, a1, a2, a3)
+        b0, b1, b2, b3 = _mad4(vb, o + db, vb_, b0, b1, b2, b3)
+        e0, e1, e2, e3 = _mad4(vb, o + dc, vc, e0, e1, e2, e3)
+    _store4(acc, ra * D + da, a0, a1, a2, a3)
+    _store4(acc, rb * D + db, b0, b1, b2, b3)
+    _store4(acc, rc * D + dc, e0, e1, e2, e3)
+    if da == 0:
+        S[ra] = Sa
+    if db == 0:
+        S[rb] = Sb
+    if dc == 0:
+        S[rc] = Sc
+
+
+@jit
+def _tile(q, k16, v16, n_kv, kv_pos, q_pos, scale, g, t0, t1, qv, kb, vb, vm, vis, nvis, sc, msv, vsv, M, S, acc,
+          out):
+    """The one-row kernel for tokens t0..t1-1 (at most ROWS_TILE) x the query heads of KV head g (rows r = (t - t0)
+    * gqa + j). Scratch: qv (rows, D) the queries in F16; kb, vb (ROWS_CHUNK, D) a chunk's K and V in F32; vm
+    (ROWS_TILE, ROWS_CHUNK) 1 where a token sees a cell; vis (ROWS_TILE, ROWS_CHUNK) its visible cells, nvis
+    their count; sc, msv, vsv (rows, ROWS_CHUNK) raw scores, ms, vs; M, S (rows,); acc (rows, D)."""
+    T, H, D = q.shape
+    G = k16.shape[1]
+    gqa = H // G
+    h0 = g * gqa
+    nt = t1 - t0
+    n_rows = nt * gqa
+    q_last = q_pos[t0]
+    for t in range(t0, t1):
+        q_last = max(q_last, q_pos[t])
+        for j in range(gqa):
+            for d in range(D):
+                qv[(t - t0) * gqa + j, d] = round_f16_scalar(q[t, h0 + j, d])
+    n_end = 0  # past the last cell any of the tile's tokens sees
+    for c in range(n_kv):
+        if 0 <= kv_pos[c] <= q_last:
+            n_end = c + 1
+    for r in range(n_rows):
+        M[r] = -np.inf
+        S[r] = 0
+        for d in range(D):
+            acc[r, d] = 0
+    for c0 in range(0, n_end, ROWS_CHUNK):
+        cn = min(ROWS_CHUNK, n_end - c0)
+        cn16 = (cn + 15) // 16 * 16
+        for c in range(cn):  # K, V of the chunk in F32
+            o = ((c0 + c) * G + g) * D
+            for d in range(0, D, 16):
+                store16(kb, c * D + d, load16(k16, o + d))
+                store16(vb, c * D + d, load16(v16, o + d))
+        for c in range(cn, cn16):  # rows past the view: zero, and hidden
+            for d in range(D):
+                kb[c, d] = 0
+                vb[c, d] = 0
+        for i in range(nt):
+            qp = q_pos[t0 + i]
+            n = 0
+            for c in range(cn16):
+                p = kv_pos[c0 + c] if c < cn else -1
+                seen = 0 <= p <= qp
+                vm[i, c] = 1 if seen else 0
+                if seen:
+                    vis[i, n] = c
+                    n += 1
+            nvis[i] = n
+        if D == 64:
+            _scores64(kb, qv, D, n_rows, cn16, sc)
+        elif D == 128:
+            _scores128(kb, qv, D, n_rows, cn16, sc)
+        else:
+            _scores_any(kb, qv, D, n_rows, cn16, sc)
+        vscale = splat16(scale)
+        for r in range(n_rows):
+            i = r // gqa
+            if nvis[i] == 0:
+                continue
+            m = M[r]
+            for c in range(0, cn16, 16):
+                x = add16(mul16(load16(sc, r * ROWS_CHUNK + c), vscale), zero16())  # s * scale + 0 (the mask)
+                ms, vs, m = online_soft_max16(x, load16(vm, i * ROWS_CHUNK + c), m)
+                store16(msv, r * ROWS_CHUNK + c, ms)
+                store16(vsv, r * ROWS_CHUNK + c, vs)
+            M[r] = m
+        per = D // 64  # slabs a row
+        n_slabs = gqa * per
+        for i in range(nt):
+            if nvis[i] == 0:
+                continue
+            base = i * gqa
+            for k in range(0, n_slabs, 3):  # three slabs at a time; a short last group repeats its last slab
+                ka, kb_, kc = k, min(k + 1, n_slabs - 1), min(k + 2, n_slabs - 1)
+                _vkq_slabs(vb, D, vis[i], nvis[i], base + ka // per, base + kb_ // per, base + kc // per,
+                           64 * (ka % per), 64 * (kb_ % per), 64 * (kc % per), msv, vsv, acc, S)
+    for r in range(n_rows):
+        t = t0 + r // gqa
+        h = h0 + r % gqa
+        s_inv = np.float32(0.0) if S[r] == 0.0 else np.float32(np.float32(1.0) / S[r])
+        for d in range(D):
+            out[t, h * D + d] = np.float32(acc[r, d] * s_inv)
+
+
+@jit
+def one_row_tile_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, i0, step):
+    """Work items i0, i0 + step, ... of (tile of ROWS_TILE tokens, KV head), one set of scratch arrays; interleaved
+    so that the threads share the causal mask's growing rows evenly."""
+    T, H, D = q.shape
+    G = k16.shape[1]
+    rows = ROWS_TILE * (H // G)
+    qv = np.empty((rows, D), np.float32)
+    kb = np.empty((ROWS_CHUNK, D), np.float32)
+    vb = np.empty((ROWS_CHUNK, D), np.float32)
+    vm = np.empty((ROWS_TILE, ROWS_CHUNK), np.float32)
+    vis = np.empty((ROWS_TILE, ROWS_CHUNK), np.int64)
+    nvis = np.empty(ROWS_TILE, np.int64)
+    sc = np.empty((rows, ROWS_CHUNK), np.float32)
+    msv = np.empty((rows, ROWS_CHUNK), np.float32)
+    vsv = np.empty((rows, ROWS_CHUNK), np.float32)
+    M = np.empty(rows, np.float32)
+    S = np.empty(rows, np.float32)
+    acc = np.empty((rows, D), np.float32)
+    n_tiles = (T + ROWS_TILE - 1) // ROWS_TILE
+    for item in range(i0, n_tiles * G, step):
+        t0 = (item // G) * ROWS_TILE
+        _tile(q, k16, v16, n_kv, kv_pos, q_pos, scale, item % G, t0, min(T, t0 + ROWS_TILE), qv, kb, vb, vm, vis,
+              nvis, sc, msv, vsv, M, S, acc, out)
+
+
+@pjit
+def one_row_tiles(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
+    """out (T, H*D) C-contiguous = the one-row kernel of every query row of q (T, H, D) over the first n_kv cells
+    of k16 / v16 (n_ctx, Hkv, D) F16 bits, D a multiple of 64, scale float32 (see the module docstring), on
+    n_chunks threads (1: on the calling thread's loop, the same bits)."""
+    for ci in prange(n_chunks):
+        one_row_tile_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, ci, n_chunks)
