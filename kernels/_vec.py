@@ -36,10 +36,17 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-from kernels.config import jit
+from kernels.config import ijit as _inline, jit
 
 
 HAS_AVX512 = {"avx512f", "f16c"} <= config.CPU_FEATURES
+# A native build on a CPU with AVX512-FP16 (Sapphire Rapids and later) compiles ggml's F16 vector ops (GGML_F16_VEC:
+# ggml_vec_mad_f16, ggml_vec_scale_f16) to FP16 arithmetic, 32 lanes, steps of F16_ARITH_STEP elements: each
+# element rounded once in FP16, the float scalar rounded to FP16 first (simd-mappings.h). The elements past the last
+# whole step take the scalar loop (float arithmetic, rounded to FP16), as every other build does for all of them.
+# The fixtures' AMD build has no AVX512-FP16; a head dimension below 128 is computed the same either way.
+F16_ARITH = "avx512fp16" in config.CPU_FEATURES
+F16_ARITH_STEP = 128
 
 
 class F32x16Type(types.Type):
@@ -154,6 +161,47 @@ def round_f16_16(typingctx, a):
         return builder.fpext(builder.fptrunc(args[0], ir.VectorType(ir.HalfType(), 16)), _VT)
 
     return F32x16(a), codegen
+
+
+def _half16(builder, v):
+    return builder.fptrunc(v, ir.VectorType(ir.HalfType(), 16))
+
+
+def _half_splat16(builder, x):
+    h = builder.fptrunc(x, ir.HalfType())
+    v = builder.insert_element(ir.Constant(ir.VectorType(ir.HalfType(), 16), ir.Undefined), h, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, ir.Constant(ir.VectorType(ir.HalfType(), 16), ir.Undefined),
+                                  ir.Constant(ir.VectorType(_i32, 16), [0] * 16))
+
+
+@intrinsic
+def mad_f16_arith16(typingctx, x, v, y):
+    """ggml_vec_mad_f16 with FP16 arithmetic (F16_ARITH) on 16 lanes: fp16 fma(x, fp16(v), y), one FP16 rounding
+    (vfmadd...ph); x and y hold F16 values as float32 (exact), v a float32 scalar."""
+    if x != F32x16 or y != F32x16 or v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        h16 = ir.VectorType(ir.HalfType(), 16)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(h16, [h16, h16, h16]), "llvm.fma.v16f16")
+        r = builder.call(fma, [_half16(builder, args[0]), _half_splat16(builder, args[1]), _half16(builder, args[2])])
+        return builder.fpext(r, _VT)
+
+    return F32x16(x, v, y), codegen
+
+
+@intrinsic
+def scale_f16_arith16(typingctx, y, v):
+    """ggml_vec_scale_f16 with FP16 arithmetic (F16_ARITH) on 16 lanes: y * fp16(v) in FP16 (vmulph)."""
+    if y != F32x16 or v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.fpext(builder.fmul(_half16(builder, args[0]), _half_splat16(builder, args[1])), _VT)
+
+    return F32x16(y, v), codegen
 
 
 def _binary16(build):
@@ -370,3 +418,31 @@ def expf16_matches_libm() -> bool:
     runs = [(0xC2D00000, 0xFFFFFFFF + 1, 65537), (0x80000000, 0xC2D00000, 1009), (0, 0x80000000, 65537)]
     return (sum(_expf16_mismatches(lo, hi, step) for lo, hi, step in runs)
             + sum(_expf16_mismatches(int(b), int(b) + 1, 1) for b in edges)) == 0
+
+
+# ggml's F16 vector ops on the one-row flash-attention kernel's F16 accumulator, 16 lanes (float32 values of F16)
+
+
+@_inline
+def f16_arith_dims(D):
+    """How many of the D dimensions ggml's F16 vector ops compute in FP16 arithmetic: whole steps of
+    F16_ARITH_STEP where the build has AVX512-FP16 (kernels/_vec.py F16_ARITH), none otherwise."""
+    return D // F16_ARITH_STEP * F16_ARITH_STEP if F16_ARITH else 0
+
+
+@_inline
+def vec_scale_f16_16(a, ms, arith):
+    """fp16(a * ms) for one 16-lane vector of the F16 accumulator (ggml_vec_scale_f16); a * fp16(ms) in FP16 for
+    dimensions below f16_arith_dims (arith)."""
+    if F16_ARITH and arith:
+        return scale_f16_arith16(a, ms)
+    return round_f16_16(mul16(a, splat16(ms)))
+
+
+@_inline
+def vec_mad_f16_16(v, vs, a, arith):
+    """fp16(fma(V, vs, a)) for one 16-lane vector (ggml_vec_mad_f16), V float32 values of F16 (v); an FP16 fma with
+    fp16(vs) for dimensions below f16_arith_dims (arith)."""
+    if F16_ARITH and arith:
+        return mad_f16_arith16(v, vs, a)
+    return round_f16_16(fma16(v, splat16(vs), a))

@@ -15,6 +15,10 @@ fewer than `ggml_fa_tile_config::Q` (64) query rows whose KV view holds fewer th
         S = fma(S, ms, vs)                               (GCC contracts `S = S*ms + vs`)
     out = float(VKQ) * (S == 0 ? 0 : 1/S)                ggml_vec_scale_f32
 
+A build for a CPU with AVX512-FP16 compiles ggml's F16 vector ops to FP16 arithmetic: the first D & ~127
+dimensions of VKQ take fp16(VKQ * fp16(ms)) and an FP16 fma(V[c], fp16(vs), VKQ), one FP16 rounding each; the rest
+(all of them for D = 64) the float code above (kernels/_vec.py F16_ARITH; synapse follows the CPU it runs on).
+
 Every row is independent of the others and of the thread count, so a prompt in any batch split equals
 token-by-token decoding: the default (batch-invariant) mode runs this path for every row (Order.SINGLE), or the
 tiled kernel, whose rows are independent too (Order.BATCHED). Its threads share whole heads; one token over a
@@ -44,13 +48,17 @@ import math
 import numpy as np
 from numba import prange
 
-from kernels._vec import HAS_AVX512, fma16, load16, mul16, round_f16_16, splat16, store16, zero16
+from kernels._vec import (
+    HAS_AVX512, f16_arith_dims, fma16, load16, mul16, splat16, store16, vec_mad_f16_16, vec_scale_f16_16, zero16,
+)
 from kernels.activations import row_max, vec_soft_max
 from kernels.order import Order
 from kernels.attention import _dot_lanes, _dots16, _dots16_heads
 from kernels.config import ijit
 from kernels.flash_attn_rows import one_row_tile_items, one_row_tiles, rows_kernel_applies
-from kernels.fp16 import f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f32, jit, pjit, round_f16_scalar
+from kernels.fp16 import (
+    f16_bits_to_f32_hw, f32_to_f16_bits_hw, fma_f16_arith, fma_f32, jit, mul_f16_arith, pjit, round_f16_scalar,
+)
 from kernels.kv_cache import BF16, F16, prepare_query, score
 from kernels.quants.floats import _reduce_add16
 
@@ -76,16 +84,23 @@ def _soft_max_step(s, scale, M):
 
 @ijit
 def _vkq_f16_scale(vkq, ms):
-    """VKQ = fp16(VKQ * ms): ggml_vec_scale_f16 on the F16 accumulator (vkq (D,) F16 bits)."""
+    """VKQ = fp16(VKQ * ms): ggml_vec_scale_f16 on the F16 accumulator (vkq (D,) F16 bits); in FP16 arithmetic
+    (VKQ * fp16(ms)) for the first f16_arith_dims dimensions."""
+    na = f16_arith_dims(vkq.shape[0])
     for d in range(vkq.shape[0]):
-        vkq[d] = f32_to_f16_bits_hw(np.float32(f16_bits_to_f32_hw(vkq[d]) * ms))
+        y = f16_bits_to_f32_hw(vkq[d])
+        vkq[d] = f32_to_f16_bits_hw(mul_f16_arith(y, ms) if d < na else np.float32(y * ms))
 
 
 @ijit
 def _vkq_f16_mad(vkq, v16, c, g, vs):
-    """VKQ = fp16(fma(V[c], vs, VKQ)): ggml_vec_mad_f16 (AVX512: _mm512_fmadd_ps) of cell c, KV head g."""
+    """VKQ = fp16(fma(V[c], vs, VKQ)): ggml_vec_mad_f16 (AVX512: _mm512_fmadd_ps, or the scalar loop contracted to
+    an fma) of cell c, KV head g; an FP16 fma with fp16(vs) for the first f16_arith_dims dimensions."""
+    na = f16_arith_dims(vkq.shape[0])
     for d in range(vkq.shape[0]):
-        vkq[d] = f32_to_f16_bits_hw(fma_f32(f16_bits_to_f32_hw(v16[c, g, d]), vs, f16_bits_to_f32_hw(vkq[d])))
+        x = f16_bits_to_f32_hw(v16[c, g, d])
+        y = f16_bits_to_f32_hw(vkq[d])
+        vkq[d] = f32_to_f16_bits_hw(fma_f16_arith(x, vs, y) if d < na else fma_f32(x, vs, y))
 
 
 @jit
@@ -202,30 +217,19 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
 
 
 @ijit
-def _vkq_scale1(a, ms):
-    """fp16(a * ms) for one 16-lane vector of the F16 accumulator (ggml_vec_scale_f16)."""
-    return round_f16_16(mul16(a, splat16(ms)))
-
-
-@ijit
-def _vkq_mad1(v16, v0, vs, a):
-    """fp16(fma(V, vs, a)) for one 16-lane vector, V at v16's flat offset v0 (ggml_vec_mad_f16)."""
-    return round_f16_16(fma16(load16(v16, v0), splat16(vs), a))
-
-
-@ijit
-def _vkq_step(v16, v0, ms, vs, a0, a1, a2, a3):
+def _vkq_step(v16, v0, ms, vs, arith, a0, a1, a2, a3):
     """One cell of ggml's F16 accumulator for 64 dimensions in four registers: VKQ = fp16(VKQ * ms) where ms != 1
-    (ms == 1 leaves F16 values unchanged), then VKQ = fp16(fma(V, vs, VKQ)) with V at v16's flat offset v0."""
+    (ms == 1 leaves F16 values unchanged), then VKQ = fp16(fma(V, vs, VKQ)) with V at v16's flat offset v0;
+    arith: the 64 dimensions are below f16_arith_dims."""
     if ms != 1.0:
-        a0 = _vkq_scale1(a0, ms)
-        a1 = _vkq_scale1(a1, ms)
-        a2 = _vkq_scale1(a2, ms)
-        a3 = _vkq_scale1(a3, ms)
-    a0 = _vkq_mad1(v16, v0, vs, a0)
-    a1 = _vkq_mad1(v16, v0 + 16, vs, a1)
-    a2 = _vkq_mad1(v16, v0 + 32, vs, a2)
-    a3 = _vkq_mad1(v16, v0 + 48, vs, a3)
+        a0 = vec_scale_f16_16(a0, ms, arith)
+        a1 = vec_scale_f16_16(a1, ms, arith)
+        a2 = vec_scale_f16_16(a2, ms, arith)
+        a3 = vec_scale_f16_16(a3, ms, arith)
+    a0 = vec_mad_f16_16(load16(v16, v0), vs, a0, arith)
+    a1 = vec_mad_f16_16(load16(v16, v0 + 16), vs, a1, arith)
+    a2 = vec_mad_f16_16(load16(v16, v0 + 32), vs, a2, arith)
+    a3 = vec_mad_f16_16(load16(v16, v0 + 48), vs, a3, arith)
     return a0, a1, a2, a3
 
 
@@ -244,11 +248,12 @@ def _vkq_slabs2(v16, vis, nv, GD, gD, ja, da, jb, db, msv, vsv, sinv, out, o):
     """VKQ of two 64-dimension slabs (head ja from dimension da, head jb from db) over the visible cells, each
     cell by _vkq_step, then out = VKQ * (1/S). V of cell vis[i] at vis[i] * GD + gD; out of head j at o + j * D."""
     D = v16.shape[2]
+    na = f16_arith_dims(D)
     a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero16()
     for i in range(nv):
         v0 = vis[i] * GD + gD
-        a0, a1, a2, a3 = _vkq_step(v16, v0 + da, msv[ja, i], vsv[ja, i], a0, a1, a2, a3)
-        b0, b1, b2, b3 = _vkq_step(v16, v0 + db, msv[jb, i], vsv[jb, i], b0, b1, b2, b3)
+        a0, a1, a2, a3 = _vkq_step(v16, v0 + da, msv[ja, i], vsv[ja, i], da < na, a0, a1, a2, a3)
+        b0, b1, b2, b3 = _vkq_step(v16, v0 + db, msv[jb, i], vsv[jb, i], db < na, b0, b1, b2, b3)
     _vkq_store(out, o + ja * D + da, sinv[ja], a0, a1, a2, a3)
     _vkq_store(out, o + jb * D + db, sinv[jb], b0, b1, b2, b3)
 
@@ -257,8 +262,9 @@ def _vkq_slabs2(v16, vis, nv, GD, gD, ja, da, jb, db, msv, vsv, sinv, out, o):
 def _vkq_slab(v16, vis, nv, GD, gD, j, d, msv, vsv, sinv, out, o):
     """_vkq_slabs2 for one slab (the last of an odd count)."""
     a0 = a1 = a2 = a3 = zero16()
+    arith = d < f16_arith_dims(v16.shape[2])
     for i in range(nv):
-        a0, a1, a2, a3 = _vkq_step(v16, vis[i] * GD + gD + d, msv[j, i], vsv[j, i], a0, a1, a2, a3)
+        a0, a1, a2, a3 = _vkq_step(v16, vis[i] * GD + gD + d, msv[j, i], vsv[j, i], arith, a0, a1, a2, a3)
     _vkq_store(out, o + j * v16.shape[2] + d, sinv[j], a0, a1, a2, a3)
 
 
@@ -299,9 +305,9 @@ VKQ_UNITS = 6  # 16-lane F16 accumulator chains per pass of _vkq_units: enough t
 
 
 @ijit
-def _vkq_rescale(a, ms):
+def _vkq_rescale(a, ms, arith):
     """_vkq_step's rescale for one 16-lane vector: fp16(a * ms) where ms != 1."""
-    return _vkq_scale1(a, ms) if ms != 1.0 else a
+    return vec_scale_f16_16(a, ms, arith) if ms != 1.0 else a
 
 
 @ijit
@@ -327,25 +333,26 @@ def _vkq_units(v16, vis, nv, GD, u, u1, nvec, gqa, msv, vsv, sinv, out):
     h4, g4, d4 = _unit(u + 4, u1, nvec, gqa, D)
     h5, g5, d5 = _unit(u + 5, u1, nvec, gqa, D)
     a0 = a1 = a2 = a3 = a4 = a5 = zero16()
+    na = f16_arith_dims(D)
     one = np.float32(1.0)
     for i in range(nv):
         # a new running maximum of one of the heads (rare): its chains rescale first. One branch for the six:
         # per chain, LLVM turns the test into a select and computes the rescaling, two conversions, every cell
         m0, m1, m2, m3, m4, m5 = msv[h0, i], msv[h1, i], msv[h2, i], msv[h3, i], msv[h4, i], msv[h5, i]
         if m0 != one or m1 != one or m2 != one or m3 != one or m4 != one or m5 != one:
-            a0 = _vkq_rescale(a0, m0)
-            a1 = _vkq_rescale(a1, m1)
-            a2 = _vkq_rescale(a2, m2)
-            a3 = _vkq_rescale(a3, m3)
-            a4 = _vkq_rescale(a4, m4)
-            a5 = _vkq_rescale(a5, m5)
+            a0 = _vkq_rescale(a0, m0, d0 < na)
+            a1 = _vkq_rescale(a1, m1, d1 < na)
+            a2 = _vkq_rescale(a2, m2, d2 < na)
+            a3 = _vkq_rescale(a3, m3, d3 < na)
+            a4 = _vkq_rescale(a4, m4, d4 < na)
+            a5 = _vkq_rescale(a5, m5, d5 < na)
         c = vis[i] * GD
-        a0 = _vkq_mad1(v16, c + g0, vsv[h0, i], a0)
-        a1 = _vkq_mad1(v16, c + g1, vsv[h1, i], a1)
-        a2 = _vkq_mad1(v16, c + g2, vsv[h2, i], a2)
-        a3 = _vkq_mad1(v16, c + g3, vsv[h3, i], a3)
-        a4 = _vkq_mad1(v16, c + g4, vsv[h4, i], a4)
-        a5 = _vkq_mad1(v16, c + g5, vsv[h5, i], a5)
+        a0 = vec_mad_f16_16(load16(v16, c + g0), vsv[h0, i], a0, d0 < na)
+        a1 = vec_mad_f16_16(load16(v16, c + g1), vsv[h1, i], a1, d1 < na)
+        a2 = vec_mad_f16_16(load16(v16, c + g2), vsv[h2, i], a2, d2 < na)
+        a3 = vec_mad_f16_16(load16(v16, c + g3), vsv[h3, i], a3, d3 < na)
+        a4 = vec_mad_f16_16(load16(v16, c + g4), vsv[h4, i], a4, d4 < na)
+        a5 = vec_mad_f16_16(load16(v16, c + g5), vsv[h5, i], a5, d5 < na)
     store16(out, h0 * D + d0, mul16(a0, splat16(sinv[h0])))
     store16(out, h1 * D + d1, mul16(a1, splat16(sinv[h1])))
     store16(out, h2 * D + d2, mul16(a2, splat16(sinv[h2])))

@@ -16,7 +16,8 @@ Per row every operation is the scalar kernel's, in its order: a score is the sam
 reduction tree (with D = 64, s0 + s2 is fused into one FMA: both are exact products of two F16 values, so the
 FMA rounds what the add rounds); the running maximum, ms and vs are those of the cell loop (only cells the mask
 shows count; a NaN score never becomes the maximum); each accumulator takes fp16(VKQ * ms) on a new maximum and
-fp16(fma(V, vs, VKQ)) every visible cell, in cell order. So the output equals `_row_chunk`'s, row by row, for any
+fp16(fma(V, vs, VKQ)) every visible cell, in cell order (in FP16 arithmetic where the build's F16 vector ops are:
+kernels/_vec.py F16_ARITH). So the output equals `_row_chunk`'s, row by row, for any
 tile, chunk or thread count (tests/test_flash_attn.py).
 """
 
@@ -28,8 +29,8 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    HAS_AVX512, add16, expf16_matches_libm, fma16, fold1, fold2, fold4, fold8, load16, mul16, online_soft_max16,
-    round_f16_16, splat16, store16, zero16,
+    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, fold1, fold2, fold4, fold8, load16, mul16,
+    online_soft_max16, splat16, store16, vec_mad_f16_16, vec_scale_f16_16, zero16,
 )
 from kernels.config import ijit, jit, pjit
 from kernels.fp16 import fma_f32, round_f16_scalar
@@ -110,27 +111,22 @@ _scores_any = _make_scores(_lanes_any)
 
 
 @ijit
-def _mad(vb, vo, vs, a):
-    """fp16(fma(V, vs, a)) for one 16-lane F16 accumulator, V the F32 values at vb[vo:vo+16] (ggml_vec_mad_f16)."""
-    return round_f16_16(fma16(load16(vb, vo), splat16(vs), a))
-
-
-@ijit
-def _rescale4(x0, x1, x2, x3, ms):
+def _rescale4(x0, x1, x2, x3, ms, arith):
     """fp16(x * ms) of four 16-lane F16 accumulators where ms != 1 (ggml_vec_scale_f16 on a new maximum; ms == 1
-    would leave F16 values as they are)."""
+    would leave F16 values as they are); arith: dimensions below f16_arith_dims."""
     if ms != 1.0:
-        v = splat16(ms)
-        x0 = round_f16_16(mul16(x0, v))
-        x1 = round_f16_16(mul16(x1, v))
-        x2 = round_f16_16(mul16(x2, v))
-        x3 = round_f16_16(mul16(x3, v))
+        x0 = vec_scale_f16_16(x0, ms, arith)
+        x1 = vec_scale_f16_16(x1, ms, arith)
+        x2 = vec_scale_f16_16(x2, ms, arith)
+        x3 = vec_scale_f16_16(x3, ms, arith)
     return x0, x1, x2, x3
 
 
 @ijit
-def _mad4(vb, o, vs, x0, x1, x2, x3):
-    return _mad(vb, o, vs, x0), _mad(vb, o + 16, vs, x1), _mad(vb, o + 32, vs, x2), _mad(vb, o + 48, vs, x3)
+def _mad4(vb, o, vs, arith, x0, x1, x2, x3):
+    """fp16(fma(V, vs, x)) (ggml_vec_mad_f16) of four 16-lane F16 accumulators, V the F32 values at vb[o:o+64]."""
+    return (vec_mad_f16_16(load16(vb, o), vs, x0, arith), vec_mad_f16_16(load16(vb, o + 16), vs, x1, arith),
+            vec_mad_f16_16(load16(vb, o + 32), vs, x2, arith), vec_mad_f16_16(load16(vb, o + 48), vs, x3, arith))
 
 
 @ijit
@@ -156,6 +152,8 @@ def _vkq_slabs(vb, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S):
     b0, b1, b2, b3 = _load4(acc, rb * D + db)
     e0, e1, e2, e3 = _load4(acc, rc * D + dc)
     Sa, Sb, Sc = S[ra], S[rb], S[rc]
+    na = f16_arith_dims(D)
+    fa, fb, fc = da < na, db < na, dc < na
     one = np.float32(1.0)
     for i in range(nv):
         c = vis[i]
@@ -165,13 +163,13 @@ def _vkq_slabs(vb, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S):
         Sb = fma_f32(Sb, mb, vb_)
         Sc = fma_f32(Sc, mc, vc)
         if ma != one or mb != one or mc != one:  # a new maximum (rare past the first cells): one branch for all
-            a0, a1, a2, a3 = _rescale4(a0, a1, a2, a3, ma)
-            b0, b1, b2, b3 = _rescale4(b0, b1, b2, b3, mb)
-            e0, e1, e2, e3 = _rescale4(e0, e1, e2, e3, mc)
+            a0, a1, a2, a3 = _rescale4(a0, a1, a2, a3, ma, fa)
+            b0, b1, b2, b3 = _rescale4(b0, b1, b2, b3, mb, fb)
+            e0, e1, e2, e3 = _rescale4(e0, e1, e2, e3, mc, fc)
         o = c * D
-        a0, a1, a2, a3 = _mad4(vb, o + da, va, a0, a1, a2, a3)
-        b0, b1, b2, b3 = _mad4(vb, o + db, vb_, b0, b1, b2, b3)
-        e0, e1, e2, e3 = _mad4(vb, o + dc, vc, e0, e1, e2, e3)
+        a0, a1, a2, a3 = _mad4(vb, o + da, va, fa, a0, a1, a2, a3)
+        b0, b1, b2, b3 = _mad4(vb, o + db, vb_, fb, b0, b1, b2, b3)
+        e0, e1, e2, e3 = _mad4(vb, o + dc, vc, fc, e0, e1, e2, e3)
     _store4(acc, ra * D + da, a0, a1, a2, a3)
     _store4(acc, rb * D + db, b0, b1, b2, b3)
     _store4(acc, rc * D + dc, e0, e1, e2, e3)

@@ -23,6 +23,7 @@ from kernels.config import jit, pjit  # noqa: F401  (first: NUMBA_CACHE_DIR befo
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -39,6 +40,37 @@ def fma_f32(typingctx, a, b, c):
 
     def codegen(context, builder, signature, args):
         return builder.fma(args[0], args[1], args[2])
+
+    return sig, codegen
+
+
+@intrinsic
+def fma_f16_arith(typingctx, x, v, y):
+    """FP16 fma(x, fp16(v), y) with one FP16 rounding, of float32 scalars holding F16 values (x, y) and a float32
+    v: one element of ggml_vec_mad_f16 in FP16 arithmetic (kernels/_vec.py F16_ARITH; vfmadd...sh)."""
+    if x != types.float32 or v != types.float32 or y != types.float32:
+        return None
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        h = ir.HalfType()
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(h, [h, h, h]), "llvm.fma.f16")
+        return builder.fpext(builder.call(fma, [builder.fptrunc(a, h) for a in args]), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def mul_f16_arith(typingctx, y, v):
+    """y * fp16(v) in FP16, of a float32 holding an F16 value and a float32: one element of ggml_vec_scale_f16 in
+    FP16 arithmetic."""
+    if y != types.float32 or v != types.float32:
+        return None
+    sig = types.float32(types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        h = ir.HalfType()
+        return builder.fpext(builder.fmul(builder.fptrunc(args[0], h), builder.fptrunc(args[1], h)), ir.FloatType())
 
     return sig, codegen
 

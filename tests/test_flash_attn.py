@@ -315,3 +315,65 @@ def test_rows_kernel_with_nan_scores():
     assert np.isnan(want).any() and np.array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
+def _round_f16_exact(q) -> float:
+    """A Fraction rounded to the nearest float16 (ties to even; subnormals from 2^-24, inf from 65520)."""
+    from fractions import Fraction
+
+    if q == 0:
+        return 0.0
+    sign, q = (-1.0 if q < 0 else 1.0), abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e > q:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= q:
+        e += 1
+    ulp = Fraction(2) ** (max(e, -14) - 10)
+    n = q / ulp
+    whole = n.numerator // n.denominator
+    rest = n - whole
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2):
+        whole += 1
+    v = whole * ulp
+    return sign * (float("inf") if v > 65504 else float(v))
+
+
+@pytest.mark.skipif(not __import__("kernels._vec", fromlist=["F16_ARITH"]).F16_ARITH,
+                    reason="FP16 arithmetic is the path of a CPU with AVX512-FP16")
+def test_fp16_arithmetic_rounds_once():
+    """ggml_vec_mad_f16 / ggml_vec_scale_f16 as an AVX512-FP16 build computes them: fma(x, fp16(v), y) and
+    y * fp16(v) with ONE rounding to FP16, 16 lanes and scalar, against the exact value rounded (Fractions): normal,
+    subnormal and overflowing results, and ties."""
+    from fractions import Fraction
+
+    from numba import njit
+
+    from kernels._vec import load16, mad_f16_arith16, scale_f16_arith16, store16
+    from kernels.fp16 import fma_f16_arith, mul_f16_arith
+
+    @njit
+    def run(x, v, y, mad, scale, mad1, scale1):
+        for i in range(0, x.shape[0], 16):
+            store16(mad, i, mad_f16_arith16(load16(x, i), v[i], load16(y, i)))
+            store16(scale, i, scale_f16_arith16(load16(y, i), v[i]))
+        for i in range(x.shape[0]):
+            mad1[i] = fma_f16_arith(x[i], v[i], y[i])
+            scale1[i] = mul_f16_arith(y[i], v[i])
+
+    rng = np.random.default_rng(11)
+    n = 16 * 200
+    f16 = lambda a: np.clip(np.asarray(a, np.float32), -65504, 65504).astype(np.float16).astype(np.float32)  # noqa: E731
+    x = f16(rng.standard_normal(n) * np.repeat([1.0, 1e-5, 300.0, 1.0], n // 4))
+    y = f16(rng.standard_normal(n) * np.repeat([4.0, 1e-6, 6e4, 1.0], n // 4))
+    v = np.repeat(np.exp(-rng.random(n // 16) * 12).astype(np.float32), 16)  # one scalar per 16 lanes
+    v[16:32] = 1.0
+    x[-16:], y[-16:], v[-16:] = f16(1.0 + 2.0 ** -10), f16(2.0 ** -11), 1.0  # exact ties: 1 + 1.5 ulp -> even
+    outs = [np.empty(n, np.float32) for _ in range(4)]
+    run(x, v, y, *outs)
+    for i in range(n):
+        vh = Fraction(float(np.float16(v[i])))
+        mad = _round_f16_exact(Fraction(float(x[i])) * vh + Fraction(float(y[i])))
+        scale = _round_f16_exact(Fraction(float(y[i])) * vh)
+        assert outs[0][i] == mad and outs[2][i] == mad, (i, x[i], v[i], y[i])
+        assert outs[1][i] == scale and outs[3][i] == scale, (i, y[i], v[i])

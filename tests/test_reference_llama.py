@@ -11,6 +11,8 @@ its code paths are the fixtures' AVX-512 build's:
   eval-callback tolerance (1e-4, a clean `eval-callback diff`) rather than bit for bit, and greedy texts agree
   where no step is a near-tie for that ulp-level noise (all the files kept here; Q2_K is not, because the
   AVX2 build does not repack Q2_K and the AVX-512 build, which synapse follows, does).
+
+flash_attn_avx512fp16.bin comes from a build on an AVX512-FP16 Xeon: flash attention bit for bit (the README).
 """
 
 from __future__ import annotations
@@ -172,3 +174,80 @@ def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
                  "-c", "4096", "--llama-batch-order")
     assert r.exit_code == 0, r.stderr
     assert r.stdout_bytes == ref.read_bytes()
+
+
+# --- flash attention against ggml on an AVX512-FP16 CPU (flash_attn_avx512fp16.bin, harness/flash_attn.c)
+
+FA_CASES = [(4, 2, 64, 3, 300), (12, 2, 128, 5, 300), (12, 2, 128, 1, 768), (8, 2, 256, 2, 300), (6, 2, 192, 1, 600),
+            (12, 2, 128, 1, 300), (2, 1, 128, 64, 300)]  # (H, Hkv, D, T, n_kv), as the harness
+
+
+class _XorShift:
+    """The harness's random stream (xorshift64, Box-Muller normals through the C library's sqrt, log and cos,
+    which Python's math calls too), to draw its inputs again instead of storing them."""
+
+    def __init__(self, seed: int):
+        self.s = seed
+
+    def _urand(self) -> float:
+        s = self.s
+        s ^= (s << 13) & 0xFFFFFFFFFFFFFFFF
+        s ^= s >> 7
+        s ^= (s << 17) & 0xFFFFFFFFFFFFFFFF
+        self.s = s
+        return (s >> 11) * (1.0 / 9007199254740992.0)
+
+    def normals(self, n: int) -> np.ndarray:
+        import math
+
+        out = np.empty(n, np.float32)
+        for i in range(n):
+            u = self._urand() + 1e-12
+            v = self._urand()
+            out[i] = math.sqrt(-2 * math.log(u)) * math.cos(6.283185307179586 * v)
+        return out
+
+
+def _fa_inputs(ic: int):
+    H, G, D, T, n_kv = FA_CASES[ic]
+    r = _XorShift(88172645463325252 + ic)
+    q = (r.normals(T * H * D) * np.float32(1.5)).reshape(T, H, D)
+    kv = r.normals(2 * n_kv * G * D).reshape(n_kv, G * D, 2)  # per cell, per (head, d): k then v
+    ramp = np.float32(0.004) * np.arange(n_kv, dtype=np.float32)[:, None]
+    k16 = (kv[:, :, 0] + ramp).astype(np.float16).view(np.uint16).reshape(n_kv, G, D)
+    v16 = kv[:, :, 1].astype(np.float16).view(np.uint16).reshape(n_kv, G, D)
+    n_used = n_kv - 21
+    kv_pos = np.where(np.arange(n_kv) < n_used, np.arange(n_kv), -1).astype(np.int32)
+    kv_pos[40:47] = -1
+    return q, k16, v16, kv_pos, np.arange(n_used - T, n_used, dtype=np.int32)
+
+
+@pytest.mark.parametrize("ic", range(len(FA_CASES)))
+def test_flash_attn_equals_ggml_built_for_avx512_fp16(ic):
+    """FLASH_ATTN_EXT in llama.cpp's batch order (one-row kernel, split-KV by thread for one query over >= 512
+    cells, tiled from 64 rows) against ggml's own on an AVX512-FP16 Xeon (README: the native build there computes
+    the first D & ~127 dimensions of the one-row kernel's F16 accumulator in FP16 arithmetic), bit for bit at 1
+    and 2 threads. A head dimension of 64 and the tiled kernel take the same code on any AVX-512 build, so those
+    cases run everywhere; the others where synapse runs on such a CPU too (kernels/_vec.py F16_ARITH)."""
+    import math
+
+    from kernels._vec import F16_ARITH, F16_ARITH_STEP
+    from kernels.flash_attn import FA_TILE_Q, flash_attn_ext
+
+    H, G, D, T, n_kv = FA_CASES[ic]
+    if D >= F16_ARITH_STEP and T < FA_TILE_Q and not F16_ARITH:
+        pytest.skip("made where ggml's F16 vector ops use FP16 arithmetic; this CPU has no AVX512-FP16")
+    data = (REF / "flash_attn_avx512fp16.bin").read_bytes()
+    o = 0
+    for jc, (h, g, d, t, n) in enumerate(FA_CASES[: ic + 1]):
+        for threads in (1, 2):
+            hdr = tuple(int(x) for x in np.frombuffer(data, np.int32, 6, o))
+            assert hdr == (h, g, d, t, n, threads)
+            want = np.frombuffer(data, np.float32, t * h * d, o + 24).reshape(t, h * d)
+            o += 24 + 4 * t * h * d
+            if jc < ic:
+                continue
+            q, k16, v16, kv_pos, q_pos = _fa_inputs(ic)
+            got = np.empty((T, H * D), np.float32)
+            flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(1.0 / math.sqrt(D)), got, Order.LLAMA, threads)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads
