@@ -163,6 +163,90 @@ def round_f16_16(typingctx, a):
     return F32x16(a), codegen
 
 
+class F16x16Type(types.Type):
+    """An LLVM <16 x half> value: an F16 accumulator in FP16 arithmetic (F16_ARITH), half a zmm register."""
+
+    def __init__(self):
+        super().__init__(name="f16x16")
+
+
+F16x16 = F16x16Type()
+_HT = ir.VectorType(ir.HalfType(), 16)
+
+
+@register_model(F16x16Type)
+class _F16x16Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _HT)
+
+
+@intrinsic
+def to_f16x16(typingctx, a):
+    """F32x16 -> F16x16, each lane rounded to F16 (exact for float32 values of F16)."""
+    if a != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.fptrunc(args[0], _HT)
+
+    return F16x16(a), codegen
+
+
+@intrinsic
+def from_f16x16(typingctx, a):
+    """F16x16 -> F32x16 (exact)."""
+    if a != F16x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.fpext(args[0], _VT)
+
+    return F32x16(a), codegen
+
+
+@intrinsic
+def load16h(typingctx, arr, i):
+    """<16 x half> from elements i..i+15 of a uint16 (F16 bits) array, without conversion."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint16 and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _elem_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1], ir.HalfType())
+        return builder.load(builder.bitcast(p, _HT.as_pointer()), align=1)
+
+    return F16x16(arr, i), codegen
+
+
+@intrinsic
+def mad16h(typingctx, x, v, y):
+    """ggml_vec_mad_f16 in FP16 arithmetic on 16 lanes: fma(x, fp16(v), y) rounded once to FP16 (vfmadd...ph)."""
+    if x != F16x16 or y != F16x16 or v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_HT, [_HT, _HT, _HT]), "llvm.fma.v16f16")
+        return builder.call(fma, [args[0], _half_splat16(builder, args[1]), args[2]])
+
+    return F16x16(x, v, y), codegen
+
+
+@intrinsic
+def scale16h(typingctx, y, v):
+    """ggml_vec_scale_f16 in FP16 arithmetic on 16 lanes: y * fp16(v) (vmulph)."""
+    if y != F16x16 or v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return builder.fmul(args[0], _half_splat16(builder, args[1]))
+
+    return F16x16(y, v), codegen
+
+
 def _half16(builder, v):
     return builder.fptrunc(v, ir.VectorType(ir.HalfType(), 16))
 

@@ -29,8 +29,9 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, fold1, fold2, fold4, fold8, load16, mul16,
-    online_soft_max16, splat16, store16, vec_mad_f16_16, vec_scale_f16_16, zero16,
+    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, fold1, fold2, fold4, fold8, from_f16x16, load16,
+    load16h, mad16h, mul16, online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16,
+    zero16,
 )
 from kernels.config import ijit, jit, pjit
 from kernels.fp16 import fma_f32, round_f16_scalar
@@ -110,75 +111,115 @@ _scores128 = _make_scores(_lanes128)
 _scores_any = _make_scores(_lanes_any)
 
 
+# The accumulator chains in two kinds (ggml's F16 vector ops as the build computes them, kernels/_vec.py): float
+# arithmetic rounded to F16 every step, chains as F32x16; or FP16 arithmetic (F16_ARITH dimensions), chains as
+# F16x16 and V read from the F16 cache as it is. Per kind: (enter from acc, rescale by ms, mad of V, leave to acc).
+
 @ijit
-def _rescale4(x0, x1, x2, x3, ms, arith):
-    """fp16(x * ms) of four 16-lane F16 accumulators where ms != 1 (ggml_vec_scale_f16 on a new maximum; ms == 1
-    would leave F16 values as they are); arith: dimensions below f16_arith_dims."""
-    if ms != 1.0:
-        x0 = vec_scale_f16_16(x0, ms, arith)
-        x1 = vec_scale_f16_16(x1, ms, arith)
-        x2 = vec_scale_f16_16(x2, ms, arith)
-        x3 = vec_scale_f16_16(x3, ms, arith)
-    return x0, x1, x2, x3
+def _enter32(acc, o):
+    return load16(acc, o)
 
 
 @ijit
-def _mad4(vb, o, vs, arith, x0, x1, x2, x3):
-    """fp16(fma(V, vs, x)) (ggml_vec_mad_f16) of four 16-lane F16 accumulators, V the F32 values at vb[o:o+64]."""
-    return (vec_mad_f16_16(load16(vb, o), vs, x0, arith), vec_mad_f16_16(load16(vb, o + 16), vs, x1, arith),
-            vec_mad_f16_16(load16(vb, o + 32), vs, x2, arith), vec_mad_f16_16(load16(vb, o + 48), vs, x3, arith))
+def _rescale32(x, ms):
+    return vec_scale_f16_16(x, ms, False)
 
 
 @ijit
-def _load4(acc, o):
-    return load16(acc, o), load16(acc, o + 16), load16(acc, o + 32), load16(acc, o + 48)
+def _mad32(vsrc, o, vs, x):
+    return vec_mad_f16_16(load16(vsrc, o), vs, x, False)
 
 
 @ijit
-def _store4(acc, o, x0, x1, x2, x3):
-    store16(acc, o, x0)
-    store16(acc, o + 16, x1)
-    store16(acc, o + 32, x2)
-    store16(acc, o + 48, x3)
+def _leave32(acc, o, x):
+    store16(acc, o, x)
 
 
-@jit
-def _vkq_slabs(vb, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S):
-    """Three slabs (row r, 64 dimensions from d) of the accumulators acc (rows, D) F32 (F16 values) over the
-    visible cells vis[:nv] of the chunk (vb (ROWS_CHUNK, D) its V; msv / vsv (rows, ROWS_CHUNK)), in cell order:
-    twelve independent chains in registers; S[r] = fma(S[r], ms, vs) kept from a row's slab at dimension 0. A
-    slab given twice computes and stores the same values twice."""
-    a0, a1, a2, a3 = _load4(acc, ra * D + da)
-    b0, b1, b2, b3 = _load4(acc, rb * D + db)
-    e0, e1, e2, e3 = _load4(acc, rc * D + dc)
-    Sa, Sb, Sc = S[ra], S[rb], S[rc]
-    na = f16_arith_dims(D)
-    fa, fb, fc = da < na, db < na, dc < na
-    one = np.float32(1.0)
-    for i in range(nv):
-        c = vis[i]
-        ma, mb, mc = msv[ra, c], msv[rb, c], msv[rc, c]
-        va, vb_, vc = vsv[ra, c], vsv[rb, c], vsv[rc, c]
-        Sa = fma_f32(Sa, ma, va)
-        Sb = fma_f32(Sb, mb, vb_)
-        Sc = fma_f32(Sc, mc, vc)
-        if ma != one or mb != one or mc != one:  # a new maximum (rare past the first cells): one branch for all
-            a0, a1, a2, a3 = _rescale4(a0, a1, a2, a3, ma, fa)
-            b0, b1, b2, b3 = _rescale4(b0, b1, b2, b3, mb, fb)
-            e0, e1, e2, e3 = _rescale4(e0, e1, e2, e3, mc, fc)
-        o = c * D
-        a0, a1, a2, a3 = _mad4(vb, o + da, va, fa, a0, a1, a2, a3)
-        b0, b1, b2, b3 = _mad4(vb, o + db, vb_, fb, b0, b1, b2, b3)
-        e0, e1, e2, e3 = _mad4(vb, o + dc, vc, fc, e0, e1, e2, e3)
-    _store4(acc, ra * D + da, a0, a1, a2, a3)
-    _store4(acc, rb * D + db, b0, b1, b2, b3)
-    _store4(acc, rc * D + dc, e0, e1, e2, e3)
-    if da == 0:
-        S[ra] = Sa
-    if db == 0:
-        S[rb] = Sb
-    if dc == 0:
-        S[rc] = Sc
+@ijit
+def _enter16(acc, o):
+    return to_f16x16(load16(acc, o))
+
+
+@ijit
+def _rescale16(x, ms):
+    return scale16h(x, ms)
+
+
+@ijit
+def _mad16(vsrc, o, vs, x):
+    return mad16h(load16h(vsrc, o), vs, x)
+
+
+@ijit
+def _leave16(acc, o, x):
+    store16(acc, o, from_f16x16(x))
+
+
+def _make_vkq_slabs(enter, rescale, mad, leave):
+    """vkq_slabs(vsrc, v0, vstride, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S): three slabs (row r, 64
+    dimensions from d) of the accumulators acc (rows, D) F32 (F16 values) over the visible cells vis[:nv] of the
+    chunk (V of chunk cell c at vsrc[v0 + c * vstride:][:D]; msv / vsv (rows, ROWS_CHUNK)), in cell order: twelve
+    independent chains in registers; S[r] = fma(S[r], ms, vs) kept from a row's slab at dimension 0. A slab given
+    twice computes and stores the same values twice."""
+
+    @ijit
+    def enter4(acc, o):
+        return enter(acc, o), enter(acc, o + 16), enter(acc, o + 32), enter(acc, o + 48)
+
+    @ijit
+    def rescale4(x0, x1, x2, x3, ms):  # on a new maximum only (ms == 1 would leave F16 values as they are)
+        if ms != 1.0:
+            return rescale(x0, ms), rescale(x1, ms), rescale(x2, ms), rescale(x3, ms)
+        return x0, x1, x2, x3
+
+    @ijit
+    def mad4(vsrc, o, vs, x0, x1, x2, x3):
+        return mad(vsrc, o, vs, x0), mad(vsrc, o + 16, vs, x1), mad(vsrc, o + 32, vs, x2), mad(vsrc, o + 48, vs, x3)
+
+    @ijit
+    def leave4(acc, o, x0, x1, x2, x3):
+        leave(acc, o, x0)
+        leave(acc, o + 16, x1)
+        leave(acc, o + 32, x2)
+        leave(acc, o + 48, x3)
+
+    @jit
+    def vkq_slabs(vsrc, v0, vstride, D, vis, nv, ra, rb, rc, da, db, dc, msv, vsv, acc, S):
+        a0, a1, a2, a3 = enter4(acc, ra * D + da)
+        b0, b1, b2, b3 = enter4(acc, rb * D + db)
+        e0, e1, e2, e3 = enter4(acc, rc * D + dc)
+        Sa, Sb, Sc = S[ra], S[rb], S[rc]
+        one = np.float32(1.0)
+        for i in range(nv):
+            c = vis[i]
+            ma, mb, mc = msv[ra, c], msv[rb, c], msv[rc, c]
+            va, vb_, vc = vsv[ra, c], vsv[rb, c], vsv[rc, c]
+            Sa = fma_f32(Sa, ma, va)
+            Sb = fma_f32(Sb, mb, vb_)
+            Sc = fma_f32(Sc, mc, vc)
+            if ma != one or mb != one or mc != one:  # a new maximum (rare past the first cells): one branch for all
+                a0, a1, a2, a3 = rescale4(a0, a1, a2, a3, ma)
+                b0, b1, b2, b3 = rescale4(b0, b1, b2, b3, mb)
+                e0, e1, e2, e3 = rescale4(e0, e1, e2, e3, mc)
+            o = v0 + c * vstride
+            a0, a1, a2, a3 = mad4(vsrc, o + da, va, a0, a1, a2, a3)
+            b0, b1, b2, b3 = mad4(vsrc, o + db, vb_, b0, b1, b2, b3)
+            e0, e1, e2, e3 = mad4(vsrc, o + dc, vc, e0, e1, e2, e3)
+        leave4(acc, ra * D + da, a0, a1, a2, a3)
+        leave4(acc, rb * D + db, b0, b1, b2, b3)
+        leave4(acc, rc * D + dc, e0, e1, e2, e3)
+        if da == 0:
+            S[ra] = Sa
+        if db == 0:
+            S[rb] = Sb
+        if dc == 0:
+            S[rc] = Sc
+
+    return vkq_slabs
+
+
+_vkq_slabs32 = _make_vkq_slabs(_enter32, _rescale32, _mad32, _leave32)
+_vkq_slabs16 = _make_vkq_slabs(_enter16, _rescale16, _mad16, _leave16)
 
 
 @jit
@@ -250,16 +291,25 @@ def _tile(q, k16, v16, n_kv, kv_pos, q_pos, scale, g, t0, t1, qv, kb, vb, vm, vi
                 store16(msv, r * ROWS_CHUNK + c, ms)
                 store16(vsv, r * ROWS_CHUNK + c, vs)
             M[r] = m
-        per = D // 64  # slabs a row
-        n_slabs = gqa * per
+        # slabs (row, 64 dimensions): those in FP16 arithmetic (the first f16_arith_dims of a row) read V from the F16
+        # cache (no conversion: their chains stay in FP16), the others the chunk's F32 copy
+        na = f16_arith_dims(D) // 64
         for i in range(nt):
             if nvis[i] == 0:
                 continue
-            base = i * gqa
-            for k in range(0, n_slabs, 3):  # three slabs at a time; a short last group repeats its last slab
-                ka, kb_, kc = k, min(k + 1, n_slabs - 1), min(k + 2, n_slabs - 1)
-                _vkq_slabs(vb, D, vis[i], nvis[i], base + ka // per, base + kb_ // per, base + kc // per,
-                           64 * (ka % per), 64 * (kb_ % per), 64 * (kc % per), msv, vsv, acc, S)
+            for arith in (True, False):
+                per = na if arith else D // 64 - na  # slabs a row of this kind, from slab s0
+                s0 = 0 if arith else na
+                n_slabs = gqa * per
+                for k in range(0, n_slabs, 3):  # three slabs at a time; a short last group repeats its last slab
+                    ka, kb_, kc = k, min(k + 1, n_slabs - 1), min(k + 2, n_slabs - 1)
+                    ra, rb, rc = i * gqa + ka // per, i * gqa + kb_ // per, i * gqa + kc // per
+                    da, db, dc = 64 * (s0 + ka % per), 64 * (s0 + kb_ % per), 64 * (s0 + kc % per)
+                    if arith:
+                        _vkq_slabs16(v16, (c0 * G + g) * D, G * D, D, vis[i], nvis[i], ra, rb, rc, da, db, dc, msv,
+                                     vsv, acc, S)
+                    else:
+                        _vkq_slabs32(vb, 0, D, D, vis[i], nvis[i], ra, rb, rc, da, db, dc, msv, vsv, acc, S)
     for r in range(n_rows):
         t = t0 + r // gqa
         h = h0 + r % gqa
