@@ -262,18 +262,26 @@ def _dot_lanes(A, a, B, b, n):
     return add16(add16(s0, s2), add16(s1, s3))
 
 
-@jit
-def _dots16(A, a, stride, B, b, n):
-    """16 ggml_vec_dot results (lane i: rows a + i*stride of flat A with B[b:b+n]), reduced together."""
-    f0 = fold8(_dot_lanes(A, a, B, b, n), _dot_lanes(A, a + stride, B, b, n))
-    f1 = fold8(_dot_lanes(A, a + 2 * stride, B, b, n), _dot_lanes(A, a + 3 * stride, B, b, n))
-    f2 = fold8(_dot_lanes(A, a + 4 * stride, B, b, n), _dot_lanes(A, a + 5 * stride, B, b, n))
-    f3 = fold8(_dot_lanes(A, a + 6 * stride, B, b, n), _dot_lanes(A, a + 7 * stride, B, b, n))
-    f4 = fold8(_dot_lanes(A, a + 8 * stride, B, b, n), _dot_lanes(A, a + 9 * stride, B, b, n))
-    f5 = fold8(_dot_lanes(A, a + 10 * stride, B, b, n), _dot_lanes(A, a + 11 * stride, B, b, n))
-    f6 = fold8(_dot_lanes(A, a + 12 * stride, B, b, n), _dot_lanes(A, a + 13 * stride, B, b, n))
-    f7 = fold8(_dot_lanes(A, a + 14 * stride, B, b, n), _dot_lanes(A, a + 15 * stride, B, b, n))
-    return fold1(fold2(fold4(f0, f1), fold4(f2, f3)), fold2(fold4(f4, f5), fold4(f6, f7)))
+def make_dots16(lanes, decorator=jit):
+    """dots16(A, a, stride, B, b, n): 16 ggml_vec_dot results, lane i the dot of row a + i*stride of flat A with
+    B[b:b+n], each row's 16 lane sums lanes(A, a + i*stride, B, b, n) reduced together by `_mm512_reduce_add_ps`'s
+    tree (kernels/_vec.py fold8..fold1). decorator: jit, or ijit to inline it into a hot loop."""
+    @decorator
+    def dots16(A, a, stride, B, b, n):
+        f0 = fold8(lanes(A, a, B, b, n), lanes(A, a + stride, B, b, n))
+        f1 = fold8(lanes(A, a + 2 * stride, B, b, n), lanes(A, a + 3 * stride, B, b, n))
+        f2 = fold8(lanes(A, a + 4 * stride, B, b, n), lanes(A, a + 5 * stride, B, b, n))
+        f3 = fold8(lanes(A, a + 6 * stride, B, b, n), lanes(A, a + 7 * stride, B, b, n))
+        f4 = fold8(lanes(A, a + 8 * stride, B, b, n), lanes(A, a + 9 * stride, B, b, n))
+        f5 = fold8(lanes(A, a + 10 * stride, B, b, n), lanes(A, a + 11 * stride, B, b, n))
+        f6 = fold8(lanes(A, a + 12 * stride, B, b, n), lanes(A, a + 13 * stride, B, b, n))
+        f7 = fold8(lanes(A, a + 14 * stride, B, b, n), lanes(A, a + 15 * stride, B, b, n))
+        return fold1(fold2(fold4(f0, f1), fold4(f2, f3)), fold2(fold4(f4, f5), fold4(f6, f7)))
+
+    return dots16
+
+
+_dots16 = make_dots16(_dot_lanes)  # 16 ggml_vec_dot results, reduced together
 
 
 @jit

@@ -29,10 +29,10 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, fold1, fold2, fold4, fold8, from_f16x16, load16,
-    load16h, mad16h, mul16, online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16,
-    zero16,
+    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, from_f16x16, load16, load16h, mad16h, mul16,
+    online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16, zero16,
 )
+from kernels.attention import _dot_lanes, make_dots16
 from kernels.config import ijit, jit, pjit
 from kernels.fp16 import fma_f32, round_f16_scalar
 
@@ -67,48 +67,26 @@ def _lanes128(kb, o, qv, qo, D):
     return add16(add16(s0, s2), add16(s1, s3))
 
 
-@ijit
-def _lanes_any(kb, o, qv, qo, D):
-    """The same for any multiple of 64."""
-    s0 = s1 = s2 = s3 = zero16()
-    for i in range(0, D, 64):
-        s0 = fma16(load16(kb, o + i), load16(qv, qo + i), s0)
-        s1 = fma16(load16(kb, o + i + 16), load16(qv, qo + i + 16), s1)
-        s2 = fma16(load16(kb, o + i + 32), load16(qv, qo + i + 32), s2)
-        s3 = fma16(load16(kb, o + i + 48), load16(qv, qo + i + 48), s3)
-    return add16(add16(s0, s2), add16(s1, s3))
-
-
 def _make_scores(lanes):
     """scores(kb, qv, D, n_rows, cn16, sc): sc[r, c] (rows, ROWS_CHUNK) = the raw score of row r (qv[r*D:][:D]) with
     cell c < cn16 of the chunk (kb (ROWS_CHUNK, D) F32), 16 cells at a time: lanes(...) of each, reduced together
-    by the `_mm512_reduce_add_ps` tree. One function per head dimension with no branch in its loop: numba's
-    reference-count pruning then drops the arrays' increfs (a branch inside left NRT calls in the loop, and
-    every vector spilled around them: 3x the time)."""
-    @ijit
-    def scores16(kb, o, qv, qo, D, sc, so):
-        f0 = fold8(lanes(kb, o, qv, qo, D), lanes(kb, o + D, qv, qo, D))
-        f1 = fold8(lanes(kb, o + 2 * D, qv, qo, D), lanes(kb, o + 3 * D, qv, qo, D))
-        f2 = fold8(lanes(kb, o + 4 * D, qv, qo, D), lanes(kb, o + 5 * D, qv, qo, D))
-        f3 = fold8(lanes(kb, o + 6 * D, qv, qo, D), lanes(kb, o + 7 * D, qv, qo, D))
-        f4 = fold8(lanes(kb, o + 8 * D, qv, qo, D), lanes(kb, o + 9 * D, qv, qo, D))
-        f5 = fold8(lanes(kb, o + 10 * D, qv, qo, D), lanes(kb, o + 11 * D, qv, qo, D))
-        f6 = fold8(lanes(kb, o + 12 * D, qv, qo, D), lanes(kb, o + 13 * D, qv, qo, D))
-        f7 = fold8(lanes(kb, o + 14 * D, qv, qo, D), lanes(kb, o + 15 * D, qv, qo, D))
-        store16(sc, so, fold1(fold2(fold4(f0, f1), fold4(f2, f3)), fold2(fold4(f4, f5), fold4(f6, f7))))
+    (attention.make_dots16). One function per head dimension with no branch in its loop: numba's reference-count
+    pruning then drops the arrays' increfs (a branch inside left NRT calls in the loop, and every vector spilled
+    around them: 3x the time)."""
+    scores16 = make_dots16(lanes, ijit)
 
     @jit
     def scores(kb, qv, D, n_rows, cn16, sc):
         for c in range(0, cn16, 16):
             for r in range(n_rows):
-                scores16(kb, c * D, qv, r * D, D, sc, r * ROWS_CHUNK + c)
+                store16(sc, r * ROWS_CHUNK + c, scores16(kb, c * D, D, qv, r * D, D))
 
     return scores
 
 
 _scores64 = _make_scores(_lanes64)
 _scores128 = _make_scores(_lanes128)
-_scores_any = _make_scores(_lanes_any)
+_scores_any = _make_scores(_dot_lanes)  # 192, 256, ...: ggml_vec_dot_f16's loop as attention.py has it
 
 
 # The accumulator chains in two kinds (ggml's F16 vector ops as the build computes them, kernels/_vec.py): float
