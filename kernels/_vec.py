@@ -344,6 +344,129 @@ def lane16(typingctx, v, i):
     return types.float32(v, i), codegen
 
 
+# The activation quantizers' pieces (kernels/quants/vec_dot_type.py): the block maximum, its first position, and
+# the rounding of x * iscale to int8 by the two recipes ggml uses, 16 values at a time.
+
+_V16I32 = ir.VectorType(_i32, 16)
+
+
+def _fabs16(builder):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VT, [_VT]), "llvm.fabs.v16f32")
+
+
+@intrinsic
+def abs_max16(typingctx, m, v):
+    """Lane-wise |v| if |v| > m else m: the scalar `if |x| > amax: amax = |x|` (NaN never taken)."""
+    if m != F32x16 or v != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        return _max(builder, args[0], builder.call(_fabs16(builder), [args[1]]))
+
+    return F32x16(m, v), codegen
+
+
+@intrinsic
+def hmax16(typingctx, v):
+    """The largest lane of a vector without NaN."""
+    if v != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        m = args[0]
+        for k in (8, 4, 2, 1):
+            m = _max(builder, m, builder.shuffle_vector(m, m, ir.Constant(_V16I32, [(i + k) % 16 for i in range(16)])))
+        return builder.extract_element(m, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+@intrinsic
+def first_abs_eq16(typingctx, v, a):
+    """The first lane i with |v[i]| == a, or 16."""
+    if v != F32x16 or a != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        eq = builder.fcmp_ordered("==", builder.call(_fabs16(builder), [args[0]]), _splat_ir(builder, args[1]))
+        bits = builder.or_(builder.zext(builder.bitcast(eq, ir.IntType(16)), _i32), ir.Constant(_i32, 1 << 16))
+        cttz = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i32, [_i32, ir.IntType(1)]),
+                                              "llvm.cttz.i32")
+        return builder.call(cttz, [bits, ir.Constant(ir.IntType(1), 1)])
+
+    return types.int32(v, a), codegen
+
+
+def _splat_ir(builder, x):
+    v = builder.insert_element(ir.Constant(_VT, ir.Undefined), x, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_VT, ir.Undefined), ir.Constant(_V16I32, [0] * 16))
+
+
+def _store_i8_sum(context, builder, sig, arr, i, q):
+    """Store the int32 lanes q (each in -128..127) as int8 at elements i..i+15 of an int8 array; their sum."""
+    i8 = ir.IntType(8)
+    p = _elem_ptr(context, builder, sig.args[0], arr, i, sig.args[1], i8)
+    builder.store(builder.trunc(q, ir.VectorType(i8, 16)), builder.bitcast(p, ir.VectorType(i8, 16).as_pointer()),
+                  align=1)
+    add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i32, [_V16I32]),
+                                         "llvm.vector.reduce.add.v16i32")
+    return builder.call(add, [q])
+
+
+def _check_store_i8(arr, i, v, s):
+    return (isinstance(arr, types.Array) and arr.dtype == types.int8 and isinstance(i, types.Integer)
+            and v == F32x16 and s == types.float32)
+
+
+@intrinsic
+def store16_nearest_int(typingctx, qs, i, v, iscale):
+    """quantize_row_q8_K_ref's rounding of 16 values: q = min(127, nearest_int(iscale * x)) (ggml's nearest_int:
+    + 1.5 * 2^23, the low mantissa bits; the product rounded first), stored as int8 at elements i..i+15 of qs;
+    returns their sum (a bsum of 16)."""
+    if not _check_store_i8(qs, i, v, iscale):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        qs, i, v, iscale = args
+        y = builder.fadd(builder.fmul(v, _splat_ir(builder, iscale)), _splat_const(12582912.0))
+        n = builder.sub(builder.and_(builder.bitcast(y, _V16I32), ir.Constant(_V16I32, [0x007FFFFF] * 16)),
+                        ir.Constant(_V16I32, [0x00400000] * 16))
+        c127 = ir.Constant(_V16I32, [127] * 16)
+        n = builder.select(builder.icmp_signed("<", c127, n), c127, n)
+        return _store_i8_sum(context, builder, sig, qs, i, n)
+
+    return types.int32(qs, i, v, iscale), codegen
+
+
+@intrinsic
+def store16_round_sat(typingctx, qs, i, v, iscale):
+    """The AVX2 quantize_row_q8_0's rounding of 16 values: _mm256_round_ps(x * id, nearest even), cvtps_epi32
+    (INT_MIN for NaN and out of range), the saturating packs to int8; stored at elements i..i+15 of qs, returns
+    their sum."""
+    if not _check_store_i8(qs, i, v, iscale):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        qs, i, v, iscale = args
+        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VT, [_VT]), "llvm.rint.v16f32")
+        r = builder.call(rint, [builder.fmul(v, _splat_ir(builder, iscale))])
+        inside = builder.and_(builder.fcmp_ordered(">=", r, _splat_const(-2147483648.0)),
+                              builder.fcmp_ordered("<", r, _splat_const(2147483648.0)))
+        n = builder.select(inside, builder.fptosi(r, _V16I32), ir.Constant(_V16I32, [-2147483648] * 16))
+        c127 = ir.Constant(_V16I32, [127] * 16)
+        cm128 = ir.Constant(_V16I32, [-128] * 16)
+        n = builder.select(builder.icmp_signed("<", c127, n), c127, n)
+        n = builder.select(builder.icmp_signed("<", n, cm128), cm128, n)
+        return _store_i8_sum(context, builder, sig, qs, i, n)
+
+    return types.int32(qs, i, v, iscale), codegen
+
+
 # glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, 2.28 on) on 16 lanes, as its FMA variant (__expf_fma, which
 # glibc's ifunc picks on x86 CPUs with FMA) computes it: in double, x * N/ln2 = k + r, a 32-entry table of
 # 2^(j/32), a degree-3 polynomial. The contractions (the kd and r FMAs) were read off Debian's glibc 2.36

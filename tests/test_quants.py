@@ -101,6 +101,13 @@ def _activation_rows(K: int, rng) -> np.ndarray:
     sparse = np.zeros(K)
     sparse[5] = -3.0
     rows.append(sparse)
+    # equal magnitudes of both signs: the first one found decides Q8_K's sign (the quantizers scan 16 at a time)
+    rows.append(rng.integers(-3, 4, K).astype(np.float64))
+    signs = np.zeros(K)
+    signs[[3, min(200, K - 30)]] = [-5.0, 5.0]
+    signs[K - 20] = 7.0  # the positive one first, both in the last vector
+    signs[K - 2] = -7.0
+    rows.append(signs)
     return np.ascontiguousarray(np.array(rows, dtype=np.float32))
 
 

@@ -30,19 +30,10 @@ from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
 from ._bits import f16_to_f32, f32_to_bf16, f32_to_f16, nearest_int, bf16_to_f32
 from .base import empty_aligned
+from .._vec import (abs_max16, first_abs_eq16, hmax16, load16, store16_nearest_int, store16_round_sat,
+                      zero16)
 
 QK8 = 32  # block of Q8_0 / Q8_1
-
-
-@jit
-def _sat_cvt_i8(v):
-    """_mm256_round_ps(v, nearest) -> _mm256_cvtps_epi32 -> packs_epi32 -> packs_epi16, for one lane."""
-    r = np.rint(v)
-    if r >= -2147483648.0 and r < 2147483648.0:  # cvtps_epi32 gives INT_MIN for NaN / out of range
-        iv = np.int64(r)
-    else:
-        iv = np.int64(-2147483648)
-    return np.int8(min(127, max(-128, iv)))
 
 
 @jit
@@ -59,23 +50,27 @@ def _roundf_i8(v):
 @jit
 def _q8_block(x, t, o, qs, d16, d, b, x86):
     """Block b (values o..o+31 of row t) of quantize_row_q8_0: x86 its AVX2 version (id = 127/amax, round half
-    to even), else quantize_row_q8_0_ref (id = 1/d, ties away from zero). Returns the unrounded d."""
-    amax = np.float32(0.0)
-    for j in range(QK8):
-        amax = max(amax, abs(x[t, o + j]))
+    to even, 16 values a vector), else quantize_row_q8_0_ref (id = 1/d, ties away from zero). Returns (the
+    unrounded d, the sum of the block's quants)."""
+    xo = t * (x.strides[0] // 4) + o  # rows have unit inner stride (all callers)
+    qo = t * qs.strides[0] + o
+    v0 = load16(x, xo)
+    v1 = load16(x, xo + 16)
+    amax = hmax16(abs_max16(abs_max16(zero16(), v0), v1))
     dd = np.float32(amax / np.float32(127.0))
     h = f32_to_f16(dd)
     d16[t, b] = h
     d[t, b] = f16_to_f32(h)
     if x86:
         iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
-        for j in range(QK8):
-            qs[t, o + j] = _sat_cvt_i8(np.float32(x[t, o + j] * iscale))
-    else:
-        iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
-        for j in range(QK8):
-            qs[t, o + j] = _roundf_i8(np.float32(x[t, o + j] * iscale))
-    return dd
+        return dd, store16_round_sat(qs, qo, v0, iscale) + store16_round_sat(qs, qo + 16, v1, iscale)
+    iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+    isum = 0
+    for j in range(QK8):
+        q = _roundf_i8(np.float32(x[t, o + j] * iscale))
+        qs[t, o + j] = q
+        isum += np.int32(q)
+    return dd, isum
 
 
 @jit
@@ -89,11 +84,7 @@ def q8_0_row(x, t, qs, d16, d, x86=True):
 def q8_1_row(x, t, qs, d16, d, s16, s, x86=True):
     """Row t of quantize_q8_1: q8_0's blocks plus s = fp16(d * sum(q)) with the unrounded d (both flavours)."""
     for b in range(x.shape[1] // QK8):
-        o = b * QK8
-        dd = _q8_block(x, t, o, qs, d16, d, b, x86)
-        isum = 0
-        for j in range(QK8):
-            isum += np.int32(qs[t, o + j])
+        dd, isum = _q8_block(x, t, b * QK8, qs, d16, d, b, x86)
         hs = f32_to_f16(np.float32(dd * np.float32(isum)))
         s16[t, b] = hs
         s[t, b] = f16_to_f32(hs)
@@ -117,17 +108,17 @@ def quantize_q8_1(x, qs, d16, d, s16, s, x86):
 
 @jit
 def q8_K_row(x, t, qs, d, bsums):
-    """Row t of quantize_q8_K (serial; also called by the fused T = 1 gemv kernels)."""
+    """Row t of quantize_q8_K (serial; also called by the fused T = 1 gemv kernels), 16 values a vector: the
+    first value of largest magnitude (its sign decides iscale's), then each 16 values' quants and their bsum."""
     K = x.shape[1]
+    xr = t * (x.strides[0] // 4)  # rows have unit inner stride (all callers)
+    qr = t * qs.strides[0]
     for b in range(K // QK_K):
         o = b * QK_K
-        amax = np.float32(0.0)
-        vmax = np.float32(0.0)
-        for j in range(QK_K):
-            ax = abs(x[t, o + j])
-            if ax > amax:
-                amax = ax
-                vmax = x[t, o + j]
+        m = zero16()
+        for j in range(0, QK_K, 16):
+            m = abs_max16(m, load16(x, xr + o + j))
+        amax = hmax16(m)
         if amax == np.float32(0.0):
             # ggml leaves bsums untouched here; with d = 0 they never matter, we zero them
             d[t, b] = np.float32(0.0)
@@ -136,14 +127,14 @@ def q8_K_row(x, t, qs, d, bsums):
             for j in range(QK_K // 16):
                 bsums[t, b * 16 + j] = 0
             continue
+        j = 0
+        while j < QK_K - 16 and first_abs_eq16(load16(x, xr + o + j), amax) == 16:
+            j += 16
+        vmax = x[t, o + j + first_abs_eq16(load16(x, xr + o + j), amax)]
         iscale = np.float32(np.float32(-127.0) / vmax)
-        for j in range(QK_K):
-            qs[t, o + j] = np.int8(min(np.int32(127), nearest_int(np.float32(iscale * x[t, o + j]))))
-        for j in range(QK_K // 16):
-            sm = np.int32(0)
-            for i in range(16):
-                sm += np.int32(qs[t, o + 16 * j + i])
-            bsums[t, b * 16 + j] = np.int16(sm)
+        for g in range(QK_K // 16):
+            bsums[t, b * 16 + g] = np.int16(store16_nearest_int(qs, qr + o + 16 * g, load16(x, xr + o + 16 * g),
+                                                                 iscale))
         d[t, b] = np.float32(np.float32(1.0) / iscale)
 
 
