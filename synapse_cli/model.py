@@ -28,6 +28,7 @@ from kernels.ggml_type import GGMLType
 from kernels.order import Order
 
 from kernels.errors import ModelError
+from kernels.quants.base import empty_aligned
 from kernels.gguf import GGUFReader, TensorInfo
 from .hparams import HParams, attn_temp_scale, load_hparams
 
@@ -506,16 +507,16 @@ class Context:
         H, Hkv, D, E, F = hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_embd, hp.n_ff
         ops = self._graph_ops(T, trace)
 
-        x = np.empty((T, E), dtype=np.float32)  # (T, n_embd) residual stream
-        cur = np.empty((T, E), dtype=np.float32)  # normed input of the current block
-        q, k, v = (np.empty((T, n * D), dtype=np.float32) for n in (H, Hkv, Hkv))
-        q_r = np.empty((T, H, D), dtype=np.float32)  # after rope
-        k_r = np.empty((T, Hkv, D), dtype=np.float32)
-        kqv_out = np.empty((T, H * D), dtype=np.float32)
-        attn_out = np.empty((T, E), dtype=np.float32)
-        ffn_inp = np.empty((T, E), dtype=np.float32)
-        gate, up = np.empty((T, F), dtype=np.float32), np.empty((T, F), dtype=np.float32)
-        ffn_out = np.empty((T, E), dtype=np.float32)
+        x = empty_aligned((T, E), dtype=np.float32)  # (T, n_embd) residual stream
+        cur = empty_aligned((T, E), dtype=np.float32)  # normed input of the current block
+        q, k, v = (empty_aligned((T, n * D), dtype=np.float32) for n in (H, Hkv, Hkv))
+        q_r = empty_aligned((T, H, D), dtype=np.float32)  # after rope
+        k_r = empty_aligned((T, Hkv, D), dtype=np.float32)
+        kqv_out = empty_aligned((T, H * D), dtype=np.float32)
+        attn_out = empty_aligned((T, E), dtype=np.float32)
+        ffn_inp = empty_aligned((T, E), dtype=np.float32)
+        gate, up = empty_aligned((T, F), dtype=np.float32), empty_aligned((T, F), dtype=np.float32)
+        ffn_out = empty_aligned((T, E), dtype=np.float32)
 
         ops.embd(tokens, x)
         ops.norm(x, m.layers[0].attn_norm, cur, ("norm-0", "attn_norm-0"), "blk.0.attn_norm.weight")
@@ -523,7 +524,7 @@ class Context:
         for il, L in enumerate(m.layers):
             last = il == hp.n_layer - 1
             if not last or want in ("all", "last") or want == 1:  # the block keeps its rows: maybe one call
-                normed = cur if not last else np.empty((T, E), dtype=np.float32)
+                normed = cur if not last else empty_aligned((T, E), dtype=np.float32)
                 if ops.block(il, L, x, cur, m.output_norm if last else m.layers[il + 1].attn_norm, normed, q, k,
                              v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out):
                     out_norm = normed if last else None
@@ -548,12 +549,12 @@ class Context:
             ops.gate_up(il, L, fcur, gt, u)
             ops.swiglu(il, gt, u)
             ops.ffn_down(il, L, gt, fo)
-            x = np.empty((Tn, E), dtype=np.float32)
+            x = empty_aligned((Tn, E), dtype=np.float32)
             if il + 1 < hp.n_layer:
                 ops.add_norm(f"l_out-{il}", fo, fi, x, m.layers[il + 1].attn_norm, cur, (f"norm-{il + 1}",
                              f"attn_norm-{il + 1}"), f"blk.{il + 1}.attn_norm.weight")
             else:  # the rows that reach the output head: its norm
-                out_norm = np.empty((Tn, E), dtype=np.float32)
+                out_norm = empty_aligned((Tn, E), dtype=np.float32)
                 ops.add_norm(f"l_out-{il}", fo, fi, x, m.output_norm, out_norm, ("norm", "result_norm"),
                              "output_norm.weight")
 
@@ -561,7 +562,7 @@ class Context:
         if out_norm is None:  # a micro-batch without outputs stopped before the last layer's FFN
             return None
         if out is None:
-            logits = np.empty((x.shape[0], hp.n_vocab), dtype=np.float32)
+            logits = empty_aligned((x.shape[0], hp.n_vocab), dtype=np.float32)
         else:
             logits = out[: x.shape[0]]
         ops.logits(out_norm, logits)

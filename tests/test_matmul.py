@@ -18,6 +18,7 @@ from kernels.ggml_type import GGMLType as G
 from kernels.quants._simd import HAS_AVX2
 from kernels.matmul import UnsupportedTypeError, Weight, matmul, matmul_many
 from kernels.order import Order
+from kernels.quants.base import empty_aligned
 from kernels.errors import ModelError
 from kernels.gguf import GGUFReader
 
@@ -112,6 +113,27 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
     assert np.array_equal(gemm, R.matmul(t, raw, x, FLAVOUR))
     for i in (0, 31, 32, T - 1):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
+
+
+@pytest.mark.parametrize("order", [Order.SINGLE, Order.LLAMA], ids=["single", "llama"])
+def test_q4_K_gemm_outputs_aligned_or_not(order):
+    """The Q4_K gemm writes a full row tile's results a line per token, by streaming stores into 64-byte aligned
+    rows (kernels.quants.base.streams_out) and by plain stores otherwise, the rest element by element: every way
+    gives the reference's bits. 200 tokens: two token tiles, a last 16-token group of 8; 40 rows: a row tile of 8."""
+    K, T = 512, 200
+    for N in (48, 40):
+        raw, w = _weight(G.Q4_K, N, K, 950 + N)
+        x = _x(T, K, 960 + N)
+        T4 = T - T % 4
+        ref = R.matmul(G.Q4_K, raw, x, "x86-sb" if order is Order.LLAMA else "x86")
+        aligned = empty_aligned((T, N), np.float32)
+        shifted = empty_aligned((T * N + 4,), np.float32)[4:].reshape(T, N)  # rows 16 bytes off a line
+        for out in (aligned, shifted):
+            out[:] = np.nan
+            matmul(w, x, out, order)
+            assert np.array_equal(out[:T4], ref[:T4]), (N, out is aligned)
+            assert np.array_equal(out[T4:], R.matmul(G.Q4_K, raw, x[T4:], "x86") if order is Order.LLAMA
+                                  else ref[T4:]), (N, out is aligned)
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="the x86 orders are those of the AVX2 kernels")

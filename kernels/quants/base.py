@@ -81,6 +81,13 @@ def zeros_aligned(shape, dtype) -> np.ndarray:
     return empty_aligned(shape, dtype, zero=True)
 
 
+def streams_out(out: np.ndarray) -> bool:
+    """Whether a gemm may write out (T, N) float32 by 64-byte streaming stores (vmovntps needs aligned lines):
+    rows start on cache lines and their elements are contiguous."""
+    return (out.ctypes.data % CACHE_LINE == 0 and out.strides[0] % CACHE_LINE == 0
+            and out.strides[1] == out.itemsize)
+
+
 _layout_only = False
 
 

@@ -18,6 +18,7 @@ from ._simd512 import (add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16,
                        prefetchw, scales2x16, splat8z, srl16x2, store8x32, sums8x8, zero16x32)
 from ._simd import (cvt_f32, dpwssd, ffma, fmul, hsum32, load8_i16_as_i32, load8_u8_as_i32, load8xf32, mul32,
                     prefetch_span, splatf, store8xf32, zero32)
+from ._simd512 import store_diff_t16, store_diff_t16_nt
 from ._simd512 import (d_dmin_y, fma_i_m, lane0_minus_lane1, scales8_pair0, scales8_pair1, scales8_pair2, scales8_pair3,
                        zero4f)
 
@@ -244,31 +245,41 @@ def _prep_z(qs, bsums, d, qp, ydT, bsP):
 
 # -------------------------------------------------------------- gemm, tokens in lanes (AVX512-VNNI, _gemm_vnni)
 
-V_ROW_TILE = 16  # rows per parallel task
-V_TOK_TILE = 64  # tokens per pass over a task's rows: 4 zmm of 16 tokens
-# below this many tokens the padding to 32 costs more than _gemm_vnni saves (1536x8960, 2 threads, GFLOP/s
-# _gemm_z / _gemm_vnni: T=8 218 / 116, T=16 251 / 257, T=24 300 / 362, T=512 242 / 473)
+V_ROW_TILE = 16  # rows whose block is unpacked at once (wq: 4 KB); a row tile's output is one line per token
+V_UNIT = 48      # tokens per pass of the inner loop: 3 zmm of 16, so 4 rows x 3 = 12 accumulator chains
+# below this many tokens the padding to V_UNIT costs more than _gemm_vnni saves over _gemm_z
 V_MIN_TOKENS = 16
 
 
-@jit
-def _prep_vnni(qs, bsums, d, row8, row32, qT32, ydT, bsP):
+def token_tile(K: int, Tp: int) -> int:
+    """Tokens per pass over a thread's rows: up to 4 units, the activations of a tile (tokens x K bytes) at most
+    1 MB so that they stay in L2 while the rows go by (1536x8960 and 8960x1536, 512 tokens, 2 threads: 192 and
+    96 tokens beat 48 and 528 by 3-20 %)."""
+    return min(Tp, V_UNIT * max(1, min(4, (1 << 20) // (K * V_UNIT))))
+
+
+@pjit
+def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
     """Q8_K activations -> _gemm_vnni's inputs: qT32 (Tp/16, K/4, 16) int32 = each token's quants in
-    kquants.PERM order (row8 / row32: one token's scratch, two views of one buffer), 4 bytes per lane, 16 tokens
-    per 64-byte vector; ydT (nb, Tp) and bsP (nb, 4, Tp, 2) as _prep_z. Callers zero the padding tokens."""
+    kquants.PERM order, 4 bytes per lane, 16 tokens per 64-byte vector; ydT (nb, Tp) and bsP (nb, 4, Tp, 2) as
+    _prep_z. Tp: T rounded up to V_UNIT; callers zero the padding tokens. In parallel by groups of 16 tokens
+    (serial, it took 1.8 ms of a 19 ms 8960x1536 product with 512 tokens)."""
     T, K = qs.shape
     nb = K // QK_K
-    for t in range(T):
-        for g in range(K // 32):
-            perm32_store(row8, 32 * g, qs, t * K + 32 * g)
-        gt, tl = t // 16, t % 16
-        for q in range(K // 4):
-            qT32[gt, q, tl] = row32[q]
-        for b in range(nb):
-            ydT[b, t] = d[t, b]
-            for g in range(8):
-                bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
-                                                   + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+    for gt in prange((T + 15) // 16):
+        row8 = np.empty(K, np.int8)
+        row32 = row8.view(np.int32)
+        for t in range(16 * gt, min(T, 16 * gt + 16)):
+            for g in range(K // 32):
+                perm32_store(row8, 32 * g, qs, t * K + 32 * g)
+            tl = t % 16
+            for q in range(K // 4):
+                qT32[gt, q, tl] = row32[q]
+            for b in range(nb):
+                ydT[b, t] = d[t, b]
+                for g in range(8):
+                    bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
+                                                       + np.int32(bsums[t, 16 * b + 2 * g + 1]))
 
 
 @ijit
@@ -278,41 +289,47 @@ def _fma_tokens(acc, o, i, dx, ydT, yo):
 
 
 @pjit
-def _gemm_vnni(w, qT, ydT, bsP, SB, out):
-    """gemm with the tokens in the lanes: qT (Tp/16, K/4, 64) int8 from _prep_vnni (Tp = T rounded up to 32).
+def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
+    """gemm with the tokens in the lanes: qT (Tp/16, K/4, 64) int8 from _prep_vnni (Tp = T rounded up to V_UNIT).
 
-    Per (4 rows, block) the 4-bit quants are unpacked once to bytes (wq, 1 KB in L1); then for 32 tokens at a
-    time, every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4
-    quants of 16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits
-    int16), and vpdpwssd with (scale, 0) int16 pairs adds scale * S to the block's integer sum I - exact
-    integers, the same I and M as row_dot_x86 - so no horizontal sums at all: the float FMAs of
-    row_dot_x86's sequence (SB as there) run 16 tokens per instruction. 4 rows x 2 token groups = 8 sums in
-    registers: per 4 weights 6 loads feed 8 vpdpbusd (64 multiply-adds each)."""
+    nt chunks of consecutive row tiles (one per thread; any nt gives the same bits), each going through the
+    tokens TT at a time (token_tile) and, per token tile, through its row tiles: per (16 rows, block) the 4-bit
+    quants are unpacked once to bytes (wq, 4 KB in L1); then for 48 tokens at a time and 4 rows at a time,
+    every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4 quants of
+    16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits int16), and
+    vpdpwssd with (scale, 0) int16 pairs adds scale * S to the block's integer sum I - exact integers, the
+    same I and M as row_dot_x86 - so no horizontal sums at all: the float FMAs of row_dot_x86's sequence (SB
+    as there) run 16 tokens per instruction. 4 rows x 3 token groups = 12 chains in registers: per 4 weights
+    7 loads feed 12 vpdpbusd (64 multiply-adds each). A full row tile's results go out transposed, a line
+    per token (store_diff_t16), by streaming stores when NT (out 64-byte aligned rows): written through the
+    caches, the 18 MB of a 512 x 8960 output pushed the activations out of L2 (1536x8960, 512 tokens, one
+    thread: 36 -> 29 ms)."""
     N = w.shape[0]
     T = out.shape[0]
     nb, Tp = ydT.shape
     nq = qT.shape[1]
     rb = w.shape[1]
+    ost = out.strides[0]
     n_rt = (N + V_ROW_TILE - 1) // V_ROW_TILE
-    for rt in prange(n_rt):
-        r0, r1 = rt * V_ROW_TILE, min(N, (rt + 1) * V_ROW_TILE)
-        wq = np.empty(4 * QK_K, np.uint8)           # (4 rows, 256) unpacked quants of one block
-        sc = np.empty(32, np.int32)                 # (4 rows, 8) sub-block scales
-        mp = np.empty((4, 4), np.int32)             # (4 rows, 4) min pairs (2j, 2j+1) as int16 pairs
-        dx = np.empty(4, np.float32)
-        dmx = np.empty(4, np.float32)
-        acc = np.empty((V_ROW_TILE + 3, V_TOK_TILE), np.float32)   # + 3: clamped rows past r1
-        accm = np.empty((V_ROW_TILE + 3, V_TOK_TILE), np.float32)
-        for t0 in range(0, Tp, V_TOK_TILE):
-            t1 = min(Tp, t0 + V_TOK_TILE)
-            acc[:] = 0
-            accm[:] = 0
-            for b in range(nb):
-                ob = b * PACKED_BYTES
-                for r4 in range(r0, r1, 4):
-                    ra = r4 - r0
-                    for r in range(4):
-                        n = min(r4 + r, r1 - 1)
+    R = 4 * TT  # bytes per row of acc
+    for ch in prange(nt):
+        wq = np.empty(V_ROW_TILE * QK_K, np.uint8)   # (16 rows, 256) unpacked quants of one block
+        sc = np.empty(V_ROW_TILE * 8, np.int32)      # (16 rows, 8) sub-block scales
+        mp = np.empty((V_ROW_TILE, 4), np.int32)     # (16 rows, 4) min pairs (2j, 2j+1) as int16 pairs
+        dx = np.empty(V_ROW_TILE, np.float32)
+        dmx = np.empty(V_ROW_TILE, np.float32)
+        acc = np.empty((V_ROW_TILE, TT), np.float32)   # (rows, tokens); rows past N: copies of the last
+        accm = np.empty((V_ROW_TILE, TT), np.float32)
+        for t0 in range(0, Tp, TT):
+            t1 = min(Tp, t0 + TT)
+            for rt in range(ch * n_rt // nt, (ch + 1) * n_rt // nt):
+                r0, r1 = rt * V_ROW_TILE, min(N, (rt + 1) * V_ROW_TILE)
+                acc[:] = 0
+                accm[:] = 0
+                for b in range(nb):
+                    ob = b * PACKED_BYTES
+                    for r in range(V_ROW_TILE):
+                        n = min(r0 + r, r1 - 1)
                         for c in range(4):
                             unpack_nibbles64(wq, QK_K * r + 64 * c, w, n * rb + ob + 32 * c)
                         for j in range(8):
@@ -321,78 +338,103 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, out):
                             mp[r, jp] = np.int32(w[n, ob + 136 + 2 * jp]) | (np.int32(w[n, ob + 137 + 2 * jp]) << 16)
                         dx[r] = f16_to_f32(read_u16(w[n], ob + 144))
                         dmx[r] = f16_to_f32(read_u16(w[n], ob + 146))
-                    for tg in range(t0, t1, 32):
+                    for tg in range(t0, t1, V_UNIT):
                         g0 = tg // 16
                         oy = 4 * (b * Tp + tg)           # ydT[b, tg]
-                        oa = 4 * (ra * V_TOK_TILE + tg - t0)
-                        i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()  # block sums I
-                        for c in range(4):
-                            for h in range(4):
-                                j = 2 * c + h // 2
-                                s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero16x32()  # half sums S
-                                for q in range(4):
-                                    k = 16 * c + 4 * h + q   # 4-weight group in the block
-                                    y0 = load64(qT, 64 * (g0 * nq + 64 * b + k))
-                                    y1 = load64(qT, 64 * ((g0 + 1) * nq + 64 * b + k))
-                                    u = bcast4z(wq, 4 * k)
-                                    s00 = dpbusd_z(s00, u, y0)
-                                    s01 = dpbusd_z(s01, u, y1)
-                                    u = bcast4z(wq, QK_K + 4 * k)
-                                    s10 = dpbusd_z(s10, u, y0)
-                                    s11 = dpbusd_z(s11, u, y1)
-                                    u = bcast4z(wq, 2 * QK_K + 4 * k)
-                                    s20 = dpbusd_z(s20, u, y0)
-                                    s21 = dpbusd_z(s21, u, y1)
-                                    u = bcast4z(wq, 3 * QK_K + 4 * k)
-                                    s30 = dpbusd_z(s30, u, y0)
-                                    s31 = dpbusd_z(s31, u, y1)
-                                v = as16z(splat32z(sc[j]))
-                                i00 = dpwssd_z(i00, as16z(s00), v)
-                                i01 = dpwssd_z(i01, as16z(s01), v)
-                                v = as16z(splat32z(sc[8 + j]))
-                                i10 = dpwssd_z(i10, as16z(s10), v)
-                                i11 = dpwssd_z(i11, as16z(s11), v)
-                                v = as16z(splat32z(sc[16 + j]))
-                                i20 = dpwssd_z(i20, as16z(s20), v)
-                                i21 = dpwssd_z(i21, as16z(s21), v)
-                                v = as16z(splat32z(sc[24 + j]))
-                                i30 = dpwssd_z(i30, as16z(s30), v)
-                                i31 = dpwssd_z(i31, as16z(s31), v)
-                            # ggml_gemm_q4_K_8x8_q8_K (SB): one FMA per 64-weight pair; ggml_gemv_q4_K_8x8_q8_K:
-                            # one per block
-                            if SB or c == 3:
-                                _fma_tokens(acc, oa, i00, dx[0], ydT, oy)
-                                _fma_tokens(acc, oa + 64, i01, dx[0], ydT, oy + 64)
-                                _fma_tokens(acc, oa + 4 * V_TOK_TILE, i10, dx[1], ydT, oy)
-                                _fma_tokens(acc, oa + 4 * V_TOK_TILE + 64, i11, dx[1], ydT, oy + 64)
-                                _fma_tokens(acc, oa + 8 * V_TOK_TILE, i20, dx[2], ydT, oy)
-                                _fma_tokens(acc, oa + 8 * V_TOK_TILE + 64, i21, dx[2], ydT, oy + 64)
-                                _fma_tokens(acc, oa + 12 * V_TOK_TILE, i30, dx[3], ydT, oy)
-                                _fma_tokens(acc, oa + 12 * V_TOK_TILE + 64, i31, dx[3], ydT, oy + 64)
-                                i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()
+                        for r4 in range(0, V_ROW_TILE, 4):
+                            oa = 4 * (r4 * TT + tg - t0)
+                            ow = QK_K * r4
+                            i00 = i01 = i02 = i10 = i11 = i12 = i20 = i21 = i22 = i30 = i31 = i32 = zero16x32()
+                            for c in range(4):
+                                for h in range(4):
+                                    j = 8 * r4 + 2 * c + h // 2
+                                    s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = s30 = s31 = s32 = zero16x32()
+                                    for q in range(4):
+                                        k = 16 * c + 4 * h + q   # 4-weight group in the block
+                                        y0 = load64(qT, 64 * (g0 * nq + 64 * b + k))
+                                        y1 = load64(qT, 64 * ((g0 + 1) * nq + 64 * b + k))
+                                        y2 = load64(qT, 64 * ((g0 + 2) * nq + 64 * b + k))
+                                        u = bcast4z(wq, ow + 4 * k)
+                                        s00 = dpbusd_z(s00, u, y0)
+                                        s01 = dpbusd_z(s01, u, y1)
+                                        s02 = dpbusd_z(s02, u, y2)
+                                        u = bcast4z(wq, ow + QK_K + 4 * k)
+                                        s10 = dpbusd_z(s10, u, y0)
+                                        s11 = dpbusd_z(s11, u, y1)
+                                        s12 = dpbusd_z(s12, u, y2)
+                                        u = bcast4z(wq, ow + 2 * QK_K + 4 * k)
+                                        s20 = dpbusd_z(s20, u, y0)
+                                        s21 = dpbusd_z(s21, u, y1)
+                                        s22 = dpbusd_z(s22, u, y2)
+                                        u = bcast4z(wq, ow + 3 * QK_K + 4 * k)
+                                        s30 = dpbusd_z(s30, u, y0)
+                                        s31 = dpbusd_z(s31, u, y1)
+                                        s32 = dpbusd_z(s32, u, y2)
+                                    v = as16z(splat32z(sc[j]))
+                                    i00 = dpwssd_z(i00, as16z(s00), v)
+                                    i01 = dpwssd_z(i01, as16z(s01), v)
+                                    i02 = dpwssd_z(i02, as16z(s02), v)
+                                    v = as16z(splat32z(sc[j + 8]))
+                                    i10 = dpwssd_z(i10, as16z(s10), v)
+                                    i11 = dpwssd_z(i11, as16z(s11), v)
+                                    i12 = dpwssd_z(i12, as16z(s12), v)
+                                    v = as16z(splat32z(sc[j + 16]))
+                                    i20 = dpwssd_z(i20, as16z(s20), v)
+                                    i21 = dpwssd_z(i21, as16z(s21), v)
+                                    i22 = dpwssd_z(i22, as16z(s22), v)
+                                    v = as16z(splat32z(sc[j + 24]))
+                                    i30 = dpwssd_z(i30, as16z(s30), v)
+                                    i31 = dpwssd_z(i31, as16z(s31), v)
+                                    i32 = dpwssd_z(i32, as16z(s32), v)
+                                # ggml_gemm_q4_K_8x8_q8_K (SB): one FMA per 64-weight pair; ggml_gemv_q4_K_8x8_q8_K:
+                                # one per block
+                                if SB or c == 3:
+                                    _fma_tokens(acc, oa, i00, dx[r4], ydT, oy)
+                                    _fma_tokens(acc, oa + 64, i01, dx[r4], ydT, oy + 64)
+                                    _fma_tokens(acc, oa + 128, i02, dx[r4], ydT, oy + 128)
+                                    _fma_tokens(acc, oa + R, i10, dx[r4 + 1], ydT, oy)
+                                    _fma_tokens(acc, oa + R + 64, i11, dx[r4 + 1], ydT, oy + 64)
+                                    _fma_tokens(acc, oa + R + 128, i12, dx[r4 + 1], ydT, oy + 128)
+                                    _fma_tokens(acc, oa + 2 * R, i20, dx[r4 + 2], ydT, oy)
+                                    _fma_tokens(acc, oa + 2 * R + 64, i21, dx[r4 + 2], ydT, oy + 64)
+                                    _fma_tokens(acc, oa + 2 * R + 128, i22, dx[r4 + 2], ydT, oy + 128)
+                                    _fma_tokens(acc, oa + 3 * R, i30, dx[r4 + 3], ydT, oy)
+                                    _fma_tokens(acc, oa + 3 * R + 64, i31, dx[r4 + 3], ydT, oy + 64)
+                                    _fma_tokens(acc, oa + 3 * R + 128, i32, dx[r4 + 3], ydT, oy + 128)
+                                    i00 = i01 = i02 = i10 = i11 = i12 = i20 = i21 = i22 = i30 = i31 = i32 = zero16x32()
                         # the min term accm = fma(M, dmin * dy, accm), M = sum_j min_j * bs32_j by vpdpwssd on
                         # (min 2j, min 2j+1) x (bs32 2j, bs32 2j+1) pairs: per block, or per pair (SB)
-                        for r in range(4):
-                            dmr = splatfz(dmx[r])
-                            for t in range(tg, tg + 32, 16):
-                                o = 4 * ((ra + r) * V_TOK_TILE + t - t0)
-                                bo = 4 * (b * 4 * Tp + t)           # bsP[b, 0, t, 0]
-                                dmin_y = fmul_z(dmr, load16xf32(ydT, 4 * (b * Tp + t)))
+                        for t in range(tg, tg + V_UNIT, 16):
+                            bo = 4 * (b * 4 * Tp + t)           # bsP[b, 0, t, 0]
+                            p0 = load32x16z(bsP, bo)
+                            p1 = load32x16z(bsP, bo + 4 * Tp)
+                            p2 = load32x16z(bsP, bo + 8 * Tp)
+                            p3 = load32x16z(bsP, bo + 12 * Tp)
+                            yv = load16xf32(ydT, 4 * (b * Tp + t))
+                            for r in range(V_ROW_TILE):
+                                o = 4 * (r * TT + t - t0)
+                                dmin_y = fmul_z(splatfz(dmx[r]), yv)
                                 a = load16xf32(accm, o)
                                 if SB:
-                                    for jp in range(4):
-                                        m = dpwssd_z(zero16x32(), load32x16z(bsP, bo + 4 * jp * Tp),
-                                                     as16z(splat32z(mp[r, jp])))
-                                        a = ffma_z(cvt_f32z(m), dmin_y, a)
+                                    a = ffma_z(cvt_f32z(dpwssd_z(zero16x32(), p0, as16z(splat32z(mp[r, 0])))), dmin_y, a)
+                                    a = ffma_z(cvt_f32z(dpwssd_z(zero16x32(), p1, as16z(splat32z(mp[r, 1])))), dmin_y, a)
+                                    a = ffma_z(cvt_f32z(dpwssd_z(zero16x32(), p2, as16z(splat32z(mp[r, 2])))), dmin_y, a)
+                                    a = ffma_z(cvt_f32z(dpwssd_z(zero16x32(), p3, as16z(splat32z(mp[r, 3])))), dmin_y, a)
                                 else:
-                                    m = dpwssd_z(zero16x32(), load32x16z(bsP, bo), as16z(splat32z(mp[r, 0])))
-                                    m = dpwssd_z(m, load32x16z(bsP, bo + 4 * Tp), as16z(splat32z(mp[r, 1])))
-                                    m = dpwssd_z(m, load32x16z(bsP, bo + 8 * Tp), as16z(splat32z(mp[r, 2])))
-                                    m = dpwssd_z(m, load32x16z(bsP, bo + 12 * Tp), as16z(splat32z(mp[r, 3])))
+                                    m = dpwssd_z(zero16x32(), p0, as16z(splat32z(mp[r, 0])))
+                                    m = dpwssd_z(m, p1, as16z(splat32z(mp[r, 1])))
+                                    m = dpwssd_z(m, p2, as16z(splat32z(mp[r, 2])))
+                                    m = dpwssd_z(m, p3, as16z(splat32z(mp[r, 3])))
                                     a = ffma_z(cvt_f32z(m), dmin_y, a)
                                 store16xf32(accm, o, a)
-            for t in range(t0, min(T, t1)):
-                for n in range(r0, r1):
-                    out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
-
-
+                        if b == nb - 1:  # this unit's sums are final: out = acc - accm
+                            for t in range(tg, min(T, tg + V_UNIT), 16):
+                                if t + 16 <= T and r1 - r0 == V_ROW_TILE:
+                                    if NT:
+                                        store_diff_t16_nt(out, t * ost + 4 * r0, ost, acc, accm, 4 * (t - t0), R)
+                                    else:
+                                        store_diff_t16(out, t * ost + 4 * r0, ost, acc, accm, 4 * (t - t0), R)
+                                else:
+                                    for tt in range(t, min(T, t + 16)):
+                                        for n in range(r0, r1):
+                                            out[tt, n] = np.float32(acc[n - r0, tt - t0] - accm[n - r0, tt - t0])

@@ -28,7 +28,7 @@ from numba import prange
 
 from ..config import jit, pjit
 from ..ggml_type import QK_K, GGMLType
-from ._bits import f16_to_f32, f32_to_bf16, f32_to_f16, nearest_int, bf16_to_f32
+from ._bits import f16_to_f32, f32_to_bf16, f32_to_f16, bf16_to_f32
 from .base import empty_aligned
 from .._vec import (abs_max16, first_abs_eq16, hmax16, load16, store16_nearest_int, store16_round_sat,
                       zero16)
