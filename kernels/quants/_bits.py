@@ -5,7 +5,6 @@
   LLVM lowers them to vcvtph2ps/vcvtps2ph, so they vectorise (kernels/fp16.py's, under the short names
   f16_to_f32 / f32_to_f16 the formats use).
 * bf16 <-> fp32 exactly as ggml_compute_fp32_to_bf16 / ggml_compute_bf16_to_fp32 (scalar C path).
-* nearest_int: ggml-quants.c's magic-number rounding (round half to even for |x| < 2^22).
 """
 
 from __future__ import annotations
@@ -50,13 +49,6 @@ def f32_to_bf16(f):
     if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
         return np.uint16((u >> np.uint32(16)) | np.uint32(64))
     return np.uint16((u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16))
-
-
-@jit
-def nearest_int(fval):
-    """ggml-quants.c nearest_int: add 1.5*2^23 and read the mantissa (round half to even, |fval| <= 4194303)."""
-    val = np.float32(fval) + np.float32(12582912.0)
-    return np.int32(np.int32(f32_bits(val) & np.uint32(0x007FFFFF)) - np.int32(0x00400000))
 
 
 @jit
