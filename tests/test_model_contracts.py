@@ -56,8 +56,8 @@ def test_prefill_split_equals_token_by_token(name, cache, fa, batched):
 
 
 def test_long_prefill_split_equals_token_by_token():
-    """A 70-token prompt: micro-batches of 16 and more tokens take the batched Q4_K kernel of large batches
-    (q4_k._gemm_vnni with AVX512-VNNI: tokens in the lanes, padded to 32 per pass, 64 per tile)."""
+    """A 70-token prompt: micro-batches of 24 and more tokens take the batched Q4_K kernel of large batches
+    (q4_k._gemm_vnni with AVX512-VNNI: tokens in the lanes, padded to 48 per pass, up to 192 per token tile)."""
     model = _load("tiny-llama-Q4_K_M")
     prompt = [1] + [50 + (37 * i) % 800 for i in range(69)]
     ref_logits, ref_k, ref_v = _run(model, n_ubatch=512, cache="f16", step_tokens=1, prompt=prompt)

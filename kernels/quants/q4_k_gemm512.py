@@ -247,8 +247,9 @@ def _prep_z(qs, bsums, d, qp, ydT, bsP):
 
 V_ROW_TILE = 16  # rows whose block is unpacked at once (wq: 4 KB); a row tile's output is one line per token
 V_UNIT = 48      # tokens per pass of the inner loop: 3 zmm of 16, so 4 rows x 3 = 12 accumulator chains
-# below this many tokens the padding to V_UNIT costs more than _gemm_vnni saves over _gemm_z
-V_MIN_TOKENS = 16
+# below this many tokens the padding to V_UNIT costs more than _gemm_vnni saves over _gemm_z (1536x8960, 2 threads,
+# ms _gemm_vnni / _gemm_z: T=16 2.01 / 1.96, T=20 2.17 / 2.01, T=24 2.13 / 2.19, T=32 2.04 / 2.74)
+V_MIN_TOKENS = 24
 
 
 def token_tile(K: int, Tp: int) -> int:
