@@ -145,6 +145,7 @@ def main():
               f"warm cache import + one gemv each: {warm:.2f} s")
 
     from kernels.matmul import Weight, matmul
+    from kernels.quants.base import empty_aligned
 
     bw = {n: read_bandwidth(n) for n in threads}
     print("read bandwidth (1 GB uint64 sum): " + ", ".join(f"{n} thr {bw[n]:.1f} GB/s" for n in threads))
@@ -180,7 +181,7 @@ def main():
             row = []
             for T in toks:
                 x = rng.standard_normal((T, K), dtype=np.float32)
-                out = np.empty((T, N), np.float32)
+                out = empty_aligned((T, N), np.float32)  # as the forward pass's buffers (streaming stores)
                 for n in threads:
                     config.set_num_threads(n)
                     dt = timeit(lambda: matmul(w, x, out), min_time=0.5, max_reps=10)

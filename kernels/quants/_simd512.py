@@ -563,49 +563,41 @@ def unpack_nibbles64(typingctx, dst, doff, src, soff):
     return types.none(dst, doff, src, soff), codegen
 
 
-def _make_store_diff_t16(nontemporal: bool):
-    @intrinsic
-    def store_diff_t16(typingctx, dst, doff, dstride, a, m, aoff, astride):
-        """A 16 x 16 float32 tile stored transposed: row i of the tile is a - m at byte aoff + i * astride (a and
-        m laid out alike), column j goes to byte doff + j * dstride of dst (16 contiguous floats). The gemm
-        kernels with tokens in the lanes write their (rows, tokens) sums to out (tokens, rows) with 16 full-line
-        stores instead of 256 scalar ones. Transposed by four perfect shuffles (out[2i], out[2i+1] = interleaved
-        low / high halves of rows i and i + 8)."""
-        if not (_is_array(dst) and _is_array(a) and _is_array(m) and all(
-                isinstance(x, types.Integer) for x in (doff, dstride, aoff, astride))):
-            return None
+@intrinsic
+def store_diff_t16_nt(typingctx, dst, doff, dstride, a, m, aoff, astride):
+    """A 16 x 16 float32 tile stored transposed by streaming stores (vmovntps, which bypass the caches): row i of
+    the tile is a - m at byte aoff + i * astride (a and m laid out alike), column j goes to the 64-byte aligned
+    line at byte doff + j * dstride of dst (base.streams_out). The gemm kernels with tokens in the lanes write
+    their (rows, tokens) sums to out (tokens, rows) so, a line per token. Transposed by four perfect shuffles
+    (out[2i], out[2i+1] = interleaved low / high halves of rows i and i + 8)."""
+    if not (_is_array(dst) and _is_array(a) and _is_array(m) and all(
+            isinstance(x, types.Integer) for x in (doff, dstride, aoff, astride))):
+        return None
 
-        def codegen(context, builder, sig, args):
-            _wide(builder)
-            ft = V16F32.llvm_type().as_pointer()
-            i64 = ir.IntType(64)
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        ft = V16F32.llvm_type().as_pointer()
+        i64 = ir.IntType(64)
 
-            def ptr(k, off, stride, i):  # byte off + i * stride of the array argument k
-                o = builder.add(context.cast(builder, args[off], sig.args[off], types.int64),
-                                builder.mul(context.cast(builder, args[stride], sig.args[stride], types.int64),
-                                            ir.Constant(i64, i)))
-                return builder.bitcast(_byte_ptr(context, builder, sig.args[k], args[k], o, types.int64), ft)
+        def ptr(k, off, stride, i):  # byte off + i * stride of the array argument k
+            o = builder.add(context.cast(builder, args[off], sig.args[off], types.int64),
+                            builder.mul(context.cast(builder, args[stride], sig.args[stride], types.int64),
+                                        ir.Constant(i64, i)))
+            return builder.bitcast(_byte_ptr(context, builder, sig.args[k], args[k], o, types.int64), ft)
 
-            rows = [builder.fsub(builder.load(ptr(3, 5, 6, i), align=1), builder.load(ptr(4, 5, 6, i), align=1))
-                    for i in range(16)]
-            lo = [j // 2 + (16 if j % 2 else 0) for j in range(16)]
-            hi = [8 + j // 2 + (16 if j % 2 else 0) for j in range(16)]
-            for _ in range(4):
-                rows = [v for i in range(8) for v in (_shuf(builder, rows[i], rows[i + 8], lo),
-                                                      _shuf(builder, rows[i], rows[i + 8], hi))]
-            for j in range(16):
-                st = builder.store(rows[j], ptr(0, 1, 2, j), align=64 if nontemporal else 1)
-                if nontemporal:
-                    st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_i32, 1)]))
-            return context.get_dummy_value()
+        rows = [builder.fsub(builder.load(ptr(3, 5, 6, i), align=1), builder.load(ptr(4, 5, 6, i), align=1))
+                for i in range(16)]
+        lo = [j // 2 + (16 if j % 2 else 0) for j in range(16)]
+        hi = [8 + j // 2 + (16 if j % 2 else 0) for j in range(16)]
+        for _ in range(4):
+            rows = [v for i in range(8) for v in (_shuf(builder, rows[i], rows[i + 8], lo),
+                                                  _shuf(builder, rows[i], rows[i + 8], hi))]
+        for j in range(16):
+            st = builder.store(rows[j], ptr(0, 1, 2, j), align=64)
+            st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_i32, 1)]))
+        return context.get_dummy_value()
 
-        return types.none(dst, doff, dstride, a, m, aoff, astride), codegen
-
-    return store_diff_t16
-
-
-# _nt: by streaming stores (vmovntps), which bypass the caches; dst lines 64-byte aligned (base.streams_out)
-store_diff_t16, store_diff_t16_nt = _make_store_diff_t16(False), _make_store_diff_t16(True)
+    return types.none(dst, doff, dstride, a, m, aoff, astride), codegen
 
 
 # pieces of the single-token Q4_K dot on zmm (q4_k_gemm512.row_dot_z)
