@@ -14,6 +14,10 @@ parallelise over weight rows (numba prange, thread count from kernels.config.set
 bit-identical rows, independent of the thread count. Where llama.cpp's batched kernels sum in another order than
 its single-token ones, `order` (kernels/order.py) says which a batch's rows follow.
 
+Outputs whose rows start on cache lines (kernels.quants.base.empty_aligned, as the forward pass allocates them) let
+the Q4_K gemm write its results by streaming stores, which leave the caches to the activations; any other C-contiguous
+output gets the same bits, written element by element.
+
 Single token (T == 1) with the AVX2 kernels of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: one numba call converts x
 and runs the gemv of up to 3 weights in one parallel region (kernels/quants/gemv1.py); matmul_many is how a
 model shares that conversion between Q/K/V or gate/up (ggml-cpu converts src1 once per mul_mat too).

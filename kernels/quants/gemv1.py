@@ -165,25 +165,25 @@ def _prep_q8K_row(x, qs, d, bsums, qp, bs32):
 
 
 @jit
-def _k_row(F, w, n, qp, qs, bsums, yd, bs32, out, pf):
-    if F == 0:
-        out[0, n] = q4_k.row_dot_gemv(w, n, qp, 0, yd, bs32, pf)
-    else:
-        out[0, n] = q6_k.row_dot_x86(w, n, qs, bsums, yd, 0, pf)
-
-
-@jit
 def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
     """Rows [n0, n1) of a K-quant weight, the two halves in alternation: two sequential streams, each followed by
     the hardware prefetchers and by the blocks' software prefetches pf bytes ahead (see _simd.prefetch_span).
     One stream a thread left DRAM bandwidth unused (1.1 GB of Q4_K 1536x8960 pairs, 2 threads: 19.7 -> 24.2
-    GB/s; the sum probe 31 GB/s)."""
+    GB/s; the sum probe 31 GB/s). The format's branch stays outside the loops (a helper called per row cost a
+    quarter of the speed on weights in cache)."""
     h = (n1 - n0) // 2
-    for i in range(h):
-        _k_row(F, w, n0 + i, qp, qs, bsums, yd, bs32, out, pf)
-        _k_row(F, w, n0 + h + i, qp, qs, bsums, yd, bs32, out, pf)
-    if (n1 - n0) % 2:
-        _k_row(F, w, n1 - 1, qp, qs, bsums, yd, bs32, out, pf)
+    if F == 0:
+        for i in range(h):
+            out[0, n0 + i] = q4_k.row_dot_gemv(w, n0 + i, qp, 0, yd, bs32, pf)
+            out[0, n0 + h + i] = q4_k.row_dot_gemv(w, n0 + h + i, qp, 0, yd, bs32, pf)
+        if (n1 - n0) % 2:
+            out[0, n1 - 1] = q4_k.row_dot_gemv(w, n1 - 1, qp, 0, yd, bs32, pf)
+    else:
+        for i in range(h):
+            out[0, n0 + i] = q6_k.row_dot_x86(w, n0 + i, qs, bsums, yd, 0, pf)
+            out[0, n0 + h + i] = q6_k.row_dot_x86(w, n0 + h + i, qs, bsums, yd, 0, pf)
+        if (n1 - n0) % 2:
+            out[0, n1 - 1] = q6_k.row_dot_x86(w, n1 - 1, qs, bsums, yd, 0, pf)
 
 
 @pjit
