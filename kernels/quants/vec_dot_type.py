@@ -176,7 +176,9 @@ class Activations:
 
 def quantize_activations(vec_dot_type: GGMLType, x: np.ndarray, flavour: str = "x86") -> Activations:
     """x (T, K) float32 C-contiguous -> Activations of `vec_dot_type`. flavour 'ref' selects the generic-C
-    quantize_row_q8_0_ref / q8_1_ref (only used by tests; matmul uses 'x86', see the module docstring)."""
+    quantize_row_q8_0_ref / q8_1_ref (only used by tests; matmul uses 'x86', see the module docstring). Other
+    layouts are copied first: the quantizers read rows 16 values at a time."""
+    x = np.ascontiguousarray(x)
     T, K = x.shape
     a = Activations(vec_dot_type)
     if vec_dot_type in (GGMLType.Q8_0, GGMLType.Q8_1):
