@@ -225,6 +225,17 @@ def _gemm_z(w, qp, ydT, bsP, SB, out):
                     out[t, n] = np.float32(acc[n - r0, t - t0] - accm[n - r0, t - t0])
 
 
+@ijit
+def _token_scales(bsums, d, t, ydT, bsP):
+    """Token t's column of the gemms' token-major scales: ydT[b, t] = d[t, b] and bsP[b, j, t, k] = the bsum32 of
+    group 8b + 2j + k (the pairs the min term's vpdpwssd takes)."""
+    for b in range(ydT.shape[0]):
+        ydT[b, t] = d[t, b]
+        for g in range(8):
+            bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
+                                               + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+
+
 @jit  # serial: microseconds of work, where a parallel launch can cost more on a busy machine
 def _prep_z(qs, bsums, d, qp, ydT, bsP):
     """Q8_K activations (qs (T, K) int8, bsums (T, K/16) int16, d (T, K/256) f32) -> _gemm_z's inputs in one
@@ -232,15 +243,10 @@ def _prep_z(qs, bsums, d, qp, ydT, bsP):
     bsP (nb, 4, Tp, 2) int16: bsP[b, j, t, k] = bsum32 of group 8b + 2j + k (Tp = T rounded up to 8; callers
     zero the padding)."""
     T, K = qs.shape
-    nb = K // QK_K
     for t in range(T):
         for g in range(K // 32):
             perm32_store(qp, t * K + 32 * g, qs, t * K + 32 * g)
-        for b in range(nb):
-            ydT[b, t] = d[t, b]
-            for g in range(8):
-                bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
-                                                   + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+        _token_scales(bsums, d, t, ydT, bsP)
 
 
 # -------------------------------------------------------------- gemm, tokens in lanes (AVX512-VNNI, _gemm_vnni)
@@ -266,7 +272,6 @@ def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
     _prep_z. Tp: T rounded up to V_UNIT; callers zero the padding tokens. In parallel by groups of 16 tokens
     (serial, it took 1.8 ms of a 19 ms 8960x1536 product with 512 tokens)."""
     T, K = qs.shape
-    nb = K // QK_K
     for gt in prange((T + 15) // 16):
         row8 = np.empty(K, np.int8)
         row32 = row8.view(np.int32)
@@ -276,11 +281,7 @@ def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
             tl = t % 16
             for q in range(K // 4):
                 qT32[gt, q, tl] = row32[q]
-            for b in range(nb):
-                ydT[b, t] = d[t, b]
-                for g in range(8):
-                    bsP[b, g // 2, t, g % 2] = np.int16(np.int32(bsums[t, 16 * b + 2 * g])
-                                                       + np.int32(bsums[t, 16 * b + 2 * g + 1]))
+            _token_scales(bsums, d, t, ydT, bsP)
 
 
 @ijit
