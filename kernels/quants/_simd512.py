@@ -451,6 +451,21 @@ def store16xf32(typingctx, arr, offset, v):
     return types.none(arr, offset, v), codegen
 
 
+@intrinsic
+def store64(typingctx, arr, offset, v):
+    """Store 64 bytes at byte offset (unaligned)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V64I8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        builder.store(args[2], builder.bitcast(p, V64I8.llvm_type().as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.none(arr, offset, v), codegen
+
+
 def _shuf(builder, a, b, mask):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, len(mask)), mask))
 

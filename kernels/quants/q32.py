@@ -62,7 +62,7 @@ from numba import prange
 from ..config import ijit, jit, pjit
 from .base import empty_aligned, run_repack
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
-                       load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32,
+                       load16xf32, load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32, store64,
                        zero16f, zero16x32)
 from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load4f_x2, load8_f16, load8x32, load8xf32, or8,
                     prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32, store_rows4, store_rows8, load16_lo, xor8,
@@ -362,7 +362,7 @@ def _hsum16(Z, summs, HAS_M):
 def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, PF):
     """rows8_x86 for the 16 rows of the group at byte go (layout constants x2), one zmm per AVX lane
     (AVX512-VNNI): <16 x float>, lane r = row r. Written out lane by lane: through the tuple helpers
-    _decode16 / _acc16 (as rows16_x86_z2) the Q5 formats run 1.7-1.8x slower (re-measured 2026-11-29, 2
+    _decode16 / _acc16 the Q5 formats run 1.7-1.8x slower (re-measured 2026-11-29, 2
     threads: Q5_0 gemm 1536x8960 T=512 172-175 -> 94-97 GFLOP/s, gemv 1536x8960 50-52 -> 29 GB/s; Q8_0 and
     Q4_1 unchanged). PF > 0 (gemv): each block prefetches the bytes PF ahead of it."""
     K = qa.shape[1]
@@ -427,29 +427,112 @@ def rows16_x86_z(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, PF):
     return _hsum16((Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7), summs, HAS_M)
 
 
+# x86 lane modes, batches, 16-row groups (AVX512-VNNI). Decoding a group-block's quants (the nibble masks and
+# shifts, Q5's fifth bits) for every pair of tokens took 12-20 of the 32-40 vector instructions a block and pair
+# (before 2026-12-03). A work item here decodes its groups once, every block, into a buffer (the quants as
+# _decode16 gives them, d and m as float32) and runs all tokens of its pass over the decoded rows, two at a
+# time: per block and token 8 vpdpbusd, 8 conversions, 8 FMAs, d and summs, the same operations per lane as
+# rows16_x86_z. Same-process A/B, 512 tokens, 2 threads, Q4_1 576x1536 and 1536x576: 96 -> 112-121 GMAC/s a
+# thread (/tmp script); SmolLM2's pp512 490-520 -> 456-483 ms (benchmarks/decode_ops.py --prefill 512,
+# alternating with the previous build).
+
+ITEM_GROUPS = 2  # 16-row groups per work item (N = 576 gives 18 items, even across 2 threads)
+PASS_BYTES = 1 << 20  # activations of one pass (tokens x K bytes) at most this, so that they stay in L2
+
+
 @jit
-def rows16_x86_z2(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
-    """rows16_x86_z for tokens t and t + 1 at once: each block's quants are decoded once for both."""
-    K = qa.shape[1]
+def pass_tokens(T, K):
+    """Tokens per pass of a work item: all T, or the even count whose activations fit PASS_BYTES."""
+    return min(T, max(2, PASS_BYTES // K // 2 * 2))
+
+
+@jit
+def decode_groups16(w, g0, n_g, GB, QH, QS, Q8, nb, wq, dx, mx):
+    """Groups g0 .. g0+n_g-1 decoded for rows16_pair: wq (>= n_g, nb*512) u8, group i's block b lane j at
+    [i, 512b + 64j) (_decode16); dx, mx (>= n_g, nb*16) float32, the rows' d and m of block b at [i, 16b)."""
     m0f = splat8z(15)
+    for i in range(n_g):
+        go = (g0 + i) * w.shape[1]
+        qo = i * wq.strides[0]
+        fo = i * dx.strides[0]
+        for b in range(nb):
+            o = go + b * GB
+            q0, q1, q2, q3, q4, q5, q6, q7 = _decode16(w, o, QH, QS, Q8, m0f)
+            store16xf32(dx, fo + 64 * b, load16_f16(w, o))
+            store16xf32(mx, fo + 64 * b, load16_f16(w, o + 32))
+            p = qo + 512 * b
+            store64(wq, p, q0)
+            store64(wq, p + 64, q1)
+            store64(wq, p + 128, q2)
+            store64(wq, p + 192, q3)
+            store64(wq, p + 256, q4)
+            store64(wq, p + 320, q5)
+            store64(wq, p + 384, q6)
+            store64(wq, p + 448, q7)
+
+
+@jit
+def rows16_pair(wq, dx, mx, i, HAS_M, SUB, qa, t, u, yd, ys, asum):
+    """rows16_x86_z for tokens t and u at once (u = t: a last token alone), over group i of decode_groups16's
+    buffers: each block's quants are loaded once for both."""
+    K = qa.shape[1]
     z = zero16f()
     Za = (z, z, z, z, z, z, z, z)
     Zb = Za
     sa = z
     sb = z
+    qo = i * wq.strides[0]
+    fo = i * dx.strides[0]
     for b in range(K // QK):
-        o = go + b * GB
-        dx = load16_f16(w, o)
-        da = fmul_z(dx, splatfz(yd[t, b]))
-        db = fmul_z(dx, splatfz(yd[t + 1, b]))
+        o = qo + 512 * b
+        dxb = load16xf32(dx, fo + 64 * b)
+        da = fmul_z(dxb, splatfz(yd[t, b]))
+        db = fmul_z(dxb, splatfz(yd[u, b]))
         if HAS_M:
-            mx = load16_f16(w, o + 32)
-            sa = ffma_z(mx, splatfz(ys[t, b]), sa)
-            sb = ffma_z(mx, splatfz(ys[t + 1, b]), sb)
-        q = _decode16(w, o, QH, QS, Q8, m0f)
+            mxb = load16xf32(mx, fo + 64 * b)
+            sa = ffma_z(mxb, splatfz(ys[t, b]), sa)
+            sb = ffma_z(mxb, splatfz(ys[u, b]), sb)
+        q = (load64(wq, o), load64(wq, o + 64), load64(wq, o + 128), load64(wq, o + 192),
+             load64(wq, o + 256), load64(wq, o + 320), load64(wq, o + 384), load64(wq, o + 448))
         Za = _acc16(Za, da, q, qa, t * K + QK * b, SUB, asum, t, 8 * b)
-        Zb = _acc16(Zb, db, q, qa, (t + 1) * K + QK * b, SUB, asum, t + 1, 8 * b)
+        Zb = _acc16(Zb, db, q, qa, u * K + QK * b, SUB, asum, u, 8 * b)
     return _hsum16(Za, sa, HAS_M), _hsum16(Zb, sb, HAS_M)
+
+
+@jit
+def _store_rows16(out, t, g, s16):
+    """out[t, 16g:16g+16] = s16, as far as the matrix has rows."""
+    N = out.shape[1]
+    if 16 * g + 16 <= N:  # lane r = row 16g + r: one store
+        store16xf32(out, t * out.strides[0] + 64 * g, s16)
+    else:
+        for r in range(N - 16 * g):
+            out[t, 16 * g + r] = lanef_z(s16, r)
+
+
+@jit
+def gemm_item16(w, item, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out):
+    """Work item `item` of n_tiles: ITEM_GROUPS groups x one pass of pass_tokens tokens."""
+    N = out.shape[1]
+    T, K = qa.shape
+    nb = K // QK
+    tp = pass_tokens(T, K)
+    n_pass = (T + tp - 1) // tp
+    g0 = (item // n_pass) * ITEM_GROUPS
+    n_g = min(ITEM_GROUPS, (N + 15) // 16 - g0)
+    t0 = (item % n_pass) * tp
+    t1 = min(T, t0 + tp)
+    wq = np.empty((ITEM_GROUPS, nb * 512), np.uint8)
+    dx = np.empty((ITEM_GROUPS, nb * 16), np.float32)
+    mx = np.empty((ITEM_GROUPS, nb * 16), np.float32)
+    decode_groups16(w, g0, n_g, GB, QH, QS, Q8, nb, wq, dx, mx)
+    for i in range(n_g):
+        for t in range(t0, t1, 2):
+            u = min(t + 1, t1 - 1)
+            sa, sb = rows16_pair(wq, dx, mx, i, HAS_M, SUB, qa, t, u, yd, ys, asum)
+            _store_rows16(out, t, g0 + i, sa)
+            if u > t:
+                _store_rows16(out, u, g0 + i, sb)
 
 
 @jit
@@ -508,14 +591,21 @@ TOK_TILE = 32
 
 
 @jit
-def n_tiles(N, T):
+def n_tiles(N, T, K, MODE):
+    """Work items of gemm_tile for an N-row matrix and T tokens of K activations."""
+    if (MODE == LANES or MODE == LANES_M) and XG == 16:
+        tp = pass_tokens(T, K)
+        return (N + 16 * ITEM_GROUPS - 1) // (16 * ITEM_GROUPS) * ((T + tp - 1) // tp)
     return ((N + ROW_TILE - 1) // ROW_TILE) * ((T + TOK_TILE - 1) // TOK_TILE)
 
 
 @jit
 def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
-    """One ROW_TILE x TOK_TILE tile: each (8-row group, block) is decoded once and used for every token of
-    the tile; per-(row, token) float sequence identical to gemv_group."""
+    """One ROW_TILE x TOK_TILE tile (x86 lane modes in 16-row groups: one gemm_item16): each (group, block) is
+    decoded once and used for every token of the tile; per-(row, token) float sequence identical to gemv_group."""
+    if (MODE == LANES or MODE == LANES_M) and XG == 16:
+        gemm_item16(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out)
+        return
     N = out.shape[1]
     T, K = qa.shape
     gb = w.shape[1]
@@ -532,21 +622,8 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
         return
     if MODE == LANES or MODE == LANES_M:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
-            t = t0
-            if XG == 16 and QH < 0:  # two tokens per pass over the group's weights (Q5: measured no faster)
-                while t + 1 < t1:
-                    sa, sb = rows16_x86_z2(w, g * gb, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
-                    if 16 * g + 16 <= N:  # lane r = row 16g + r: one store per token
-                        store16xf32(out, t * out.strides[0] + 64 * g, sa)
-                        store16xf32(out, (t + 1) * out.strides[0] + 64 * g, sb)
-                    else:
-                        for r in range(N - 16 * g):
-                            out[t, 16 * g + r] = lanef_z(sa, r)
-                            out[t + 1, 16 * g + r] = lanef_z(sb, r)
-                    t += 2
-            while t < t1:
+            for t in range(t0, t1):
                 x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, 0)
-                t += 1
         return
     sums = np.zeros((ROW_TILE // G, TOK_TILE, G), np.float32)
     for b in range(nb):

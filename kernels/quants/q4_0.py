@@ -49,7 +49,7 @@ def _gemv(w, qa, yd, ys, asum, out):
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
-    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0], qa.shape[1], q32.SUMI_FMA)):
         q32.gemm_tile(w, tile, 144, -1, 16, False, 8, q32.SUMI_FMA, False, qa, yd, ys, asum, out)
 
 
@@ -61,7 +61,7 @@ def _gemv_x86(w, qa, yd, ys, asum, out):
 
 @pjit
 def _gemm_x86(w, qa, yd, ys, asum, out):
-    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0], qa.shape[1], q32.LANES)):
         q32.gemm_tile(w, tile, 144 * XS, -1, 16 * XS, False, 8, q32.LANES, False, qa, yd, ys, asum, out)
 
 

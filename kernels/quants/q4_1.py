@@ -43,7 +43,7 @@ def _gemv(w, qa, yd, ys, asum, out):
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
-    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0], qa.shape[1], q32.LANES_M)):
         q32.gemm_tile(w, tile, 160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, qa, yd, ys, asum, out)
 
 

@@ -43,7 +43,7 @@ def _gemv(w, qa, yd, ys, asum, out):
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
-    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0], qa.shape[1], q32.LANES)):
         q32.gemm_tile(w, tile, 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, qa, yd, ys, asum, out)
 
 

@@ -41,7 +41,7 @@ def _gemv(w, qa, yd, ys, asum, out):
 
 @pjit
 def _gemm(w, qa, yd, ys, asum, out):
-    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0])):
+    for tile in prange(q32.n_tiles(out.shape[1], qa.shape[0], qa.shape[1], q32.LANES)):
         q32.gemm_tile(w, tile, 272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, qa, yd, ys, asum, out)
 
 
