@@ -500,6 +500,26 @@ def rows16_pair(wq, dx, mx, i, HAS_M, SUB, qa, t, u, yd, ys, asum):
 
 
 @jit
+def rows16_one(wq, dx, mx, i, HAS_M, SUB, qa, t, yd, ys, asum):
+    """rows16_pair for one token (Q8_0: with the offset's starting values, two tokens' chains spill)."""
+    K = qa.shape[1]
+    z = zero16f()
+    Za = (z, z, z, z, z, z, z, z)
+    sa = z
+    qo = i * wq.strides[0]
+    fo = i * dx.strides[0]
+    for b in range(K // QK):
+        o = qo + 512 * b
+        da = fmul_z(load16xf32(dx, fo + 64 * b), splatfz(yd[t, b]))
+        if HAS_M:
+            sa = ffma_z(load16xf32(mx, fo + 64 * b), splatfz(ys[t, b]), sa)
+        q = (load64(wq, o), load64(wq, o + 64), load64(wq, o + 128), load64(wq, o + 192),
+             load64(wq, o + 256), load64(wq, o + 320), load64(wq, o + 384), load64(wq, o + 448))
+        Za = _acc16(Za, da, q, qa, t * K + QK * b, SUB, asum, t, 8 * b)
+    return _hsum16(Za, sa, HAS_M)
+
+
+@jit
 def _store_rows16(out, t, g, s16):
     """out[t, 16g:16g+16] = s16, as far as the matrix has rows."""
     N = out.shape[1]
@@ -527,6 +547,10 @@ def gemm_item16(w, item, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out):
     mx = np.empty((ITEM_GROUPS, nb * 16), np.float32)
     decode_groups16(w, g0, n_g, GB, QH, QS, Q8, nb, wq, dx, mx)
     for i in range(n_g):
+        if Q8:
+            for t in range(t0, t1):
+                _store_rows16(out, t, g0 + i, rows16_one(wq, dx, mx, i, HAS_M, SUB, qa, t, yd, ys, asum))
+            continue
         for t in range(t0, t1, 2):
             u = min(t + 1, t1 - 1)
             sa, sb = rows16_pair(wq, dx, mx, i, HAS_M, SUB, qa, t, u, yd, ys, asum)
