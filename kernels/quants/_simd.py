@@ -114,24 +114,32 @@ def _make_load(vt: Vec):
     return load
 
 
+def _make_store(vt: Vec):
+    @intrinsic
+    def store(typingctx, arr, offset, v):
+        """store a vector at byte offset `offset` of a C-contiguous array (unaligned)."""
+        if not (_is_array(arr) and isinstance(offset, types.Integer) and v == vt):
+            return None
+
+        def codegen(context, builder, sig, args):
+            if vt.bits * vt.n == 512:
+                _wide(builder)
+            p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            builder.store(args[2], builder.bitcast(p, vt.llvm_type().as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return types.none(arr, offset, v), codegen
+
+    return store
+
+
 load32 = _make_load(V32I8)      # 32 bytes
 load16x16 = _make_load(V16I16)  # 16 int16 (32 bytes)
 load8x32 = _make_load(V8I32)    # 8 int32 (32 bytes)
 load8xf32 = _make_load(V8F32)   # 8 float32 (32 bytes)
 
 
-@intrinsic
-def store8xf32(typingctx, arr, offset, v):
-    """store 8 float32 at byte offset `offset`."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V8F32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        builder.store(args[2], builder.bitcast(p, V8F32.llvm_type().as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return types.none(arr, offset, v), codegen
+store8xf32 = _make_store(V8F32)  # 8 float32
 
 
 @intrinsic

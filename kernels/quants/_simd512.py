@@ -13,7 +13,7 @@ from numba.extending import intrinsic
 
 from .. import config
 from ._simd import (_FEATURES, HAS_AVX2, V16I16, V32I8, V8I32, Vec, _byte_ptr, _call, _i8, _i16, _i32, _i64, _is_array,
-                    _make_lane, _make_load, _make_zero, _splat, _wide)
+                    _make_lane, _make_load, _make_store, _make_zero, _splat, _wide)
 
 # ------------------------------------------------------------------------------------------------ 512-bit (gemm)
 # zmm building blocks for the K-quant gemm kernels (AVX512BW; vpdpwssd with AVX512_VNNI, else vpmaddwd + add).
@@ -434,36 +434,8 @@ def splat2f(typingctx, a, b):
 
 
 load16xf32 = _make_load(V16F32)  # 16 float32 (64 bytes)
-
-
-@intrinsic
-def store16xf32(typingctx, arr, offset, v):
-    """Store 16 float32 at byte offset (unaligned)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V16F32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        builder.store(args[2], builder.bitcast(p, V16F32.llvm_type().as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return types.none(arr, offset, v), codegen
-
-
-@intrinsic
-def store64(typingctx, arr, offset, v):
-    """Store 64 bytes at byte offset (unaligned)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V64I8):
-        return None
-
-    def codegen(context, builder, sig, args):
-        _wide(builder)
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        builder.store(args[2], builder.bitcast(p, V64I8.llvm_type().as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return types.none(arr, offset, v), codegen
+store16xf32 = _make_store(V16F32)  # 16 float32 (64 bytes)
+store64 = _make_store(V64I8)  # 64 bytes
 
 
 def _shuf(builder, a, b, mask):
@@ -500,18 +472,7 @@ def hsum8x2_rows(typingctx, x0, x1, x2, x3, x4, x5, x6, x7):
     return V16F32(x0, x1, x2, x3, x4, x5, x6, x7), codegen
 
 
-@intrinsic
-def store8x32(typingctx, arr, offset, v):
-    """store 8 int32 at byte offset `offset`."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer) and v == V8I32):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        builder.store(args[2], builder.bitcast(p, V8I32.llvm_type().as_pointer()), align=1)
-        return context.get_dummy_value()
-
-    return types.none(arr, offset, v), codegen
+store8x32 = _make_store(V8I32)  # 8 int32
 
 
 @intrinsic
