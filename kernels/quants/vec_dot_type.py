@@ -48,22 +48,15 @@ def _roundf_i8(v):
 
 
 @jit
-def _q8_block(x, t, o, qs, d16, d, b, x86):
-    """Block b (values o..o+31 of row t) of quantize_row_q8_0: x86 its AVX2 version (id = 127/amax, round half
-    to even, 16 values a vector), else quantize_row_q8_0_ref (id = 1/d, ties away from zero). Returns (the
+def _q8_block_ref(x, t, o, qs, d16, d, b):
+    """Block b (values o..o+31 of row t) of quantize_row_q8_0_ref (id = 1/d, ties away from zero). Returns (the
     unrounded d, the sum of the block's quants)."""
     xo = t * (x.strides[0] // 4) + o  # rows have unit inner stride (all callers)
-    qo = t * qs.strides[0] + o
-    v0 = load16(x, xo)
-    v1 = load16(x, xo + 16)
-    amax = hmax16(abs_max16(abs_max16(zero16(), v0), v1))
+    amax = hmax16(abs_max16(abs_max16(zero16(), load16(x, xo)), load16(x, xo + 16)))
     dd = np.float32(amax / np.float32(127.0))
     h = f32_to_f16(dd)
     d16[t, b] = h
     d[t, b] = f16_to_f32(h)
-    if x86:
-        iscale = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
-        return dd, store16_round_sat(qs, qo, v0, iscale) + store16_round_sat(qs, qo + 16, v1, iscale)
     iscale = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
     isum = 0
     for j in range(QK8):
@@ -74,20 +67,77 @@ def _q8_block(x, t, o, qs, d16, d, b, x86):
 
 
 @jit
+def _q8_row_x86(x, t, qs, d16, d, s16, s, HAS_S, scratch):
+    """Row t of the AVX2 quantize_row_q8_0 (HAS_S: q8_1, plus s = fp16(d * sum(q)) with the unrounded d): per
+    block d = amax/127, id = amax != 0 ? 127/amax : 0, q = round-half-even(x * id) (saturating packs). In
+    passes over the row's blocks, so that the scales' divisions and F16 conversions run 16 blocks a vector
+    (LLVM vectorises the plain loops) instead of in each block's dependency chain (2.2-2.6x faster, 512 x 576
+    and 512 x 1536, /tmp script). scratch (3, >= K/32) float32."""
+    nb = x.shape[1] // QK8
+    xr = t * (x.strides[0] // 4)  # rows have unit inner stride (all callers)
+    qr = t * qs.strides[0]
+    amax = scratch[0]
+    iscale = scratch[1]
+    isum = scratch[2]  # exact in float32: |sum| <= 32 * 128
+    for b in range(nb):
+        o = xr + QK8 * b
+        amax[b] = hmax16(abs_max16(abs_max16(zero16(), load16(x, o)), load16(x, o + 16)))
+    for b in range(nb):
+        a = amax[b]
+        h = f32_to_f16(np.float32(a / np.float32(127.0)))
+        d16[t, b] = h
+        d[t, b] = f16_to_f32(h)
+        iscale[b] = np.float32(127.0) / a if a != np.float32(0.0) else np.float32(0.0)
+    for b in range(nb):
+        o = QK8 * b
+        isum[b] = (store16_round_sat(qs, qr + o, load16(x, xr + o), iscale[b])
+                   + store16_round_sat(qs, qr + o + 16, load16(x, xr + o + 16), iscale[b]))
+    if HAS_S:
+        for b in range(nb):
+            hs = f32_to_f16(np.float32(np.float32(amax[b] / np.float32(127.0)) * isum[b]))
+            s16[t, b] = hs
+            s[t, b] = f16_to_f32(hs)
+
+
+@jit
 def q8_0_row(x, t, qs, d16, d, x86=True):
     """Row t of quantize_q8_0 (serial; also called by the fused T = 1 gemv kernels and the KV cache)."""
+    if x86:
+        _q8_row_x86(x, t, qs, d16, d, d16, d, False, np.empty((3, x.shape[1] // QK8), np.float32))
+        return
     for b in range(x.shape[1] // QK8):
-        _q8_block(x, t, b * QK8, qs, d16, d, b, x86)
+        _q8_block_ref(x, t, b * QK8, qs, d16, d, b)
 
 
 @jit
 def q8_1_row(x, t, qs, d16, d, s16, s, x86=True):
     """Row t of quantize_q8_1: q8_0's blocks plus s = fp16(d * sum(q)) with the unrounded d (both flavours)."""
+    if x86:
+        _q8_row_x86(x, t, qs, d16, d, s16, s, True, np.empty((3, x.shape[1] // QK8), np.float32))
+        return
     for b in range(x.shape[1] // QK8):
-        dd, isum = _q8_block(x, t, b * QK8, qs, d16, d, b, x86)
+        dd, isum = _q8_block_ref(x, t, b * QK8, qs, d16, d, b)
         hs = f32_to_f16(np.float32(dd * np.float32(isum)))
         s16[t, b] = hs
         s[t, b] = f16_to_f32(hs)
+
+
+@jit
+def _q8_rows(x, t0, t1, qs, d16, d, s16, s, HAS_S, x86):
+    """Rows t0..t1-1 of quantize_q8_0 / q8_1, one scratch for all."""
+    if not x86:
+        for t in range(t0, t1):
+            if HAS_S:
+                q8_1_row(x, t, qs, d16, d, s16, s, False)
+            else:
+                q8_0_row(x, t, qs, d16, d, False)
+        return
+    scratch = np.empty((3, x.shape[1] // QK8), np.float32)
+    for t in range(t0, t1):
+        _q8_row_x86(x, t, qs, d16, d, s16, s, HAS_S, scratch)
+
+
+QUANTIZE_CHUNK = 16  # rows per parallel work item of quantize_q8_0 / q8_1
 
 
 @pjit
@@ -95,15 +145,17 @@ def quantize_q8_0(x, qs, d16, d, x86):
     """x (T, K) f32 -> qs (T, K) int8, d16 (T, K/32) fp16 bits, d (T, K/32) = fp32 value of d16. x86: the AVX2
     quantize_row_q8_0 that matmul uses; else the generic-C _ref, which differs on ties and where 127/amax and
     1/(amax/127) round apart (module docstring)."""
-    for t in prange(x.shape[0]):
-        q8_0_row(x, t, qs, d16, d, x86)
+    T = x.shape[0]
+    for c in prange((T + QUANTIZE_CHUNK - 1) // QUANTIZE_CHUNK):
+        _q8_rows(x, c * QUANTIZE_CHUNK, min(T, (c + 1) * QUANTIZE_CHUNK), qs, d16, d, d16, d, False, x86)
 
 
 @pjit
 def quantize_q8_1(x, qs, d16, d, s16, s, x86):
     """As quantize_q8_0 plus s16/s (T, K/32): fp16(d * sum(q)) with d the unrounded float32 scale."""
-    for t in prange(x.shape[0]):
-        q8_1_row(x, t, qs, d16, d, s16, s, x86)
+    T = x.shape[0]
+    for c in prange((T + QUANTIZE_CHUNK - 1) // QUANTIZE_CHUNK):
+        _q8_rows(x, c * QUANTIZE_CHUNK, min(T, (c + 1) * QUANTIZE_CHUNK), qs, d16, d, s16, s, True, x86)
 
 
 @jit
