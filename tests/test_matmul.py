@@ -346,7 +346,8 @@ def _has_avx512() -> bool:
 def test_avx2_kernels_without_avx512_match_reference():
     """The 256-bit kernels a machine without AVX512 runs (SYNAPSE_NO_AVX512=1 selects them here, compiled into
     their own numba cache): gemm and gemv bit-identical to the reference, for the formats whose fast paths
-    differ between the two (q32 8-row groups, the Q4_K / Q6_K ymm gemms), on shapes with partial tiles."""
+    differ between the two (q32 8-row groups, the Q4_K / Q6_K ymm gemms, Q4_K's tokens in the lanes in both orders), on
+    shapes with partial tiles."""
     code = textwrap.dedent("""
         import sys, numpy as np
         sys.path.insert(0, "tests")
@@ -355,6 +356,7 @@ def test_avx2_kernels_without_avx512_match_reference():
         from kernels.quants._simd512 import HAS_AVX512
         from kernels.matmul import Weight, matmul
         from kernels.ggml_type import GGMLType as G
+        from kernels.order import Order
         assert HAS_AVX2 and not HAS_AVX512
         bad = []
         for t in [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q4_K, G.Q6_K]:
@@ -367,6 +369,13 @@ def test_avx2_kernels_without_avx512_match_reference():
             one = np.empty((1, N), np.float32); matmul(w, x[3:4], one)
             if not (np.array_equal(out, ref) and np.array_equal(one[0], ref[3])):
                 bad.append(t.name)
+            if t == G.Q4_K:  # llama.cpp's batch order (repacked rows: N % 8 == 0): 32 tokens per 64-weight pair
+                raw = R.random_weight_bytes(t, 40, K, np.random.default_rng(902))
+                w = Weight(t, raw.reshape(-1), K, 40, "w")
+                out = np.empty((T, 40), np.float32); matmul(w, x, out, Order.LLAMA)
+                if not (np.array_equal(out[:32], R.matmul(t, raw, x[:32], "x86-sb"))
+                        and np.array_equal(out[32:], R.matmul(t, raw, x[32:], "x86"))):
+                    bad.append("Q4_K llama order")
         print("BAD", bad)
     """)
     env = dict(os.environ, SYNAPSE_NO_AVX512="1")

@@ -8,7 +8,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
     memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 (any C-contiguous array, byte offset,
                unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load4f_x2, load16_lo, bcast4, store_rows8/4,
                prefetch_span
-    integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add32, sub32,
+    integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
@@ -244,6 +244,7 @@ and8 = _make_binop(V32I8, "and_")
 or8 = _make_binop(V32I8, "or_")
 xor8 = _make_binop(V32I8, "xor")
 sub16 = _make_binop(V16I16, "sub")
+add16 = _make_binop(V16I16, "add")
 add32 = _make_binop(V8I32, "add")
 sub32 = _make_binop(V8I32, "sub")
 mul32 = _make_binop(V8I32, "mul")

@@ -56,6 +56,7 @@ from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, 
                     load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8,
                     splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
+from . import q4_k_gemm256
 from .q4_k_gemm512 import (PACKED_BYTES, V_MIN_TOKENS, V_UNIT, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z,
                            token_tile)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, streams_out, zeros_aligned
@@ -387,6 +388,14 @@ def _gemm_fast(packed, a, out, sb=False):
         bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)
         _prep_z(a.qs, a.bsums, a.d, qp, ydT, bsP)
         _gemm_z(packed[0], qp, ydT, bsP, sb, out)
+    elif a.qs.shape[0] >= q4_k_gemm256.L_MIN_TOKENS:
+        T, K = a.qs.shape
+        nb, Tp = K // QK_K, (T + 15) // 16 * 16
+        qT = zeros_aligned((Tp // 16, K // 4, 64), np.int8)
+        ydT = zeros_aligned((nb, Tp), np.float32)
+        bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)
+        _prep_vnni(a.qs, a.bsums, a.d, qT.view(np.int32), ydT, bsP)
+        q4_k_gemm256._gemm_lanes(packed[0], qT, ydT, bsP, sb, q4_k_gemm256.token_tile(K, Tp), work_chunks(), out)
     else:
         k = kquants.prepare(a, 0)
         _gemm(packed[0], k.qp, k.d, k.bs32, sb, out)
