@@ -18,10 +18,8 @@ from numba import prange
 
 from ..config import ijit, pjit
 from ..ggml_type import QK_K
-from ._bits import f16_to_f32, read_u16
 from ._simd import add16, bcast4, cvt_f32, dpwssd, ffma, fmul, load32, load8xf32, maddubs, splat16, splatf, store8xf32, zero16, zero32
-from ._simd512 import unpack_nibbles64
-from .q4_k_gemm512 import PACKED_BYTES, _min_term_z
+from .q4_k_gemm512 import PACKED_BYTES, _min_term_z, unpack_rows
 
 L_ROW_TILE = 16  # rows whose block is unpacked at once (wq: 4 KB in L1)
 L_UNIT = 16      # tokens per pass of the inner loop: 2 ymm of 8, so 4 rows x 2 = 8 int16 chains
@@ -72,13 +70,7 @@ def _gemm_lanes(w, qT, ydT, bsP, SB, TT, nt, out):
                 accm[:] = 0
                 for b in range(nb):
                     ob = b * PACKED_BYTES
-                    for r in range(L_ROW_TILE):
-                        n = min(r0 + r, r1 - 1)
-                        for c in range(4):
-                            unpack_nibbles64(wq, QK_K * r + 64 * c, w, n * rb + ob + 32 * c)
-                        for j in range(8):
-                            sc[8 * r + j] = np.int16(w[n, ob + 128 + j])
-                        dx[r] = f16_to_f32(read_u16(w[n], ob + 144))
+                    unpack_rows(w, r0, r1, ob, wq, sc, dx)
                     for tg in range(t0, t1, L_UNIT):
                         ya = 64 * ((tg // 16) * nq + 64 * b)  # qT: group k of these 16 tokens at ya + 64 k
                         oy = 4 * (b * Tp + tg)                # ydT[b, tg]

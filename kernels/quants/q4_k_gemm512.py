@@ -285,6 +285,21 @@ def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
 
 
 @ijit
+def unpack_rows(w, r0, r1, ob, wq, sc, dx):
+    """The block at byte ob of len(dx) rows from r0 (past r1 - 1: copies of the last), unpacked for the gemms
+    with the tokens in the lanes: wq (rows x 256) its quants as bytes (a chunk's low nibbles, then its high ones),
+    sc (rows x 8) the sub-block scales, dx the super-block scales d."""
+    rb = w.shape[1]
+    for r in range(dx.shape[0]):
+        n = min(r0 + r, r1 - 1)
+        for c in range(4):
+            unpack_nibbles64(wq, QK_K * r + 64 * c, w, n * rb + ob + 32 * c)
+        for j in range(8):
+            sc[8 * r + j] = w[n, ob + 128 + j]
+        dx[r] = f16_to_f32(read_u16(w[n], ob + 144))
+
+
+@ijit
 def _fma_tokens(acc, o, i, dx, ydT, yo):
     """acc[16 tokens at byte o] = fma(float(i), dx * dy, acc) lane-wise (dy: 16 tokens at byte yo of ydT)."""
     store16xf32(acc, o, ffma_z(cvt_f32z(i), fmul_z(splatfz(dx), load16xf32(ydT, yo)), load16xf32(acc, o)))
@@ -310,7 +325,6 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
     T = out.shape[0]
     nb, Tp = ydT.shape
     nq = qT.shape[1]
-    rb = w.shape[1]
     ost = out.strides[0]
     n_rt = (N + V_ROW_TILE - 1) // V_ROW_TILE
     R = 4 * TT  # bytes per row of acc
@@ -330,15 +344,11 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
                 accm[:] = 0
                 for b in range(nb):
                     ob = b * PACKED_BYTES
+                    unpack_rows(w, r0, r1, ob, wq, sc, dx)
                     for r in range(V_ROW_TILE):
                         n = min(r0 + r, r1 - 1)
-                        for c in range(4):
-                            unpack_nibbles64(wq, QK_K * r + 64 * c, w, n * rb + ob + 32 * c)
-                        for j in range(8):
-                            sc[8 * r + j] = np.int32(w[n, ob + 128 + j])
                         for jp in range(4):
                             mp[r, jp] = np.int32(w[n, ob + 136 + 2 * jp]) | (np.int32(w[n, ob + 137 + 2 * jp]) << 16)
-                        dx[r] = f16_to_f32(read_u16(w[n], ob + 144))
                         dmx[r] = f16_to_f32(read_u16(w[n], ob + 146))
                     for tg in range(t0, t1, V_UNIT):
                         g0 = tg // 16
