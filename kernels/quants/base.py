@@ -10,6 +10,7 @@ Adding a format = writing one module and listing it in kernels/quants/__init__.p
 
 from __future__ import annotations
 
+import math
 import mmap
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
+from ..config import jit
 from ..ggml_type import GGMLType
 
 
@@ -71,10 +73,17 @@ def empty_aligned(shape, dtype, zero: bool = False) -> np.ndarray:
     if _arena is not None:
         return _arena.empty(shape, dtype)  # fresh anonymous memory: zero already
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(shape if isinstance(shape, tuple) else (shape,)) * dtype.itemsize
     raw = (np.zeros if zero else np.empty)(n + CACHE_LINE, np.uint8)
-    off = (-raw.ctypes.data) % CACHE_LINE
+    off = (-_address(raw)) % CACHE_LINE
     return raw[off:off + n].view(dtype).reshape(shape)
+
+
+@jit
+def _address(a):
+    """a's data address: 0.3 us against 2.4 us for a.ctypes.data (and np.prod of a shape took 8 us: a one-token
+    forward pass makes 15 such arrays, issue #20)."""
+    return a.ctypes.data
 
 
 def zeros_aligned(shape, dtype) -> np.ndarray:
