@@ -3,7 +3,7 @@
 Prints, for each weight type:
   * gemv (one token) throughput in GB/s of weight bytes streamed, at Qwen2.5-1.5B shapes
     K x N = 1536x1536 (attn_q/o), 8960x1536 (ffn_down), 1536x8960 (ffn_up/gate), 1536x151936 (output),
-  * gemm GFLOP/s (2*K*N*T) for T = 64 and 512 tokens at K x N = 1536x8960,
+  * gemm GFLOP/s (2*K*N*T) for T = 64 and 512 tokens at K x N = 1536x8960 (--gemm-shape),
 for 1 and 2 threads, next to the machine's read bandwidth measured in the same run (1 GB array sum), and
 the first-call compile time of all kernels (cold numba cache, in a subprocess) and the warm-cache time of
 "import + one gemv per type". The machine is shared with other jobs: expect noise of +-10-20 %.
@@ -133,6 +133,7 @@ def main():
     ap.add_argument("--no-gemm", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--gemm-tokens", default="64,512")
+    ap.add_argument("--gemm-shape", default="x".join(map(str, GEMM_SHAPE)), help="gemm K x N (default: %(default)s)")
     ap.add_argument("--shapes", default=None, help="gemv shapes as KxN,KxN (default: Qwen2.5-1.5B's)")
     args = ap.parse_args()
     types = args.types.split(",")
@@ -170,7 +171,7 @@ def main():
             for n in threads:
                 print(f"{tname:6}" + "".join(f"{c:>24}" for c in cells[n]) + f"   [{n} thr]")
     if not args.no_gemm:
-        K, N = GEMM_SHAPE
+        K, N = (int(v) for v in args.gemm_shape.split("x"))
         toks = [int(v) for v in args.gemm_tokens.split(",")]
         print(f"\ngemm GFLOP/s at K x N = {K}x{N}")
         print(f"{'type':6}" + "".join(f"{f'T={T} {n}thr':>14}" for T in toks for n in threads))
