@@ -1,4 +1,5 @@
-"""One block (layer) of llama.cpp's llama/qwen2 graph for ONE token, in one jitted call (issue #20).
+"""One block (layer) of llama.cpp's llama/qwen2 graph for ONE token, in one jitted call, and all of a token's
+blocks in one call (issue #20).
 
 Decoding a token runs about eleven kernels a layer: the Q/K/V products, rope, two cache stores, flash
 attention, the output product, add + norm, gate/up, SwiGLU, down, add + norm. Called from Python one by one
@@ -13,6 +14,12 @@ kernels/matmul.py prepares them (FusedGemv, Weight._solo). The kernels are not a
 dispatcher argument anew on every call (~10 us, four a block) and cannot cache a function that takes one. So
 `decode_block_for` makes one block function per combination of product kernels (usually one a model), with
 the kernels' kinds as constants, and numba compiles and caches only the kernels it calls.
+
+`decode_layers_for` runs every block of a token from one call: the Python between 30 block calls (a numba
+dispatch of 35 arguments and the wrapper, ~15 us a block) cost ~0.45 ms of SmolLM2's ~8 ms token (a /tmp A/B
+in one process, benchmarks/RESULTS.md). The layers' own arrays (norm weights, products, biases, KV cache)
+travel as one numba typed List of per-layer tuples, made once per context by `layer_list` (unboxing it is
+one pointer; a tuple of 30 tuples would be typed element by element on every call).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
 import functools
 
 from kernels.activations import _swiglu_serial
+import numba
+from numba import typed
+
 from kernels.config import ijit, jit
 from kernels.flash_attn import one_row_attend
 from kernels.kv_cache import F16, _store_float
@@ -41,19 +51,23 @@ def product_kind(kernel) -> int:
 
 @ijit
 def _product(KIND, pre, x, o0, o1, o2, n_threads, pf):
-    """The fused product of kind KIND (a constant of the caller): kernel(*pre, x, o0, o1, o2, n_threads, pf)."""
+    """The fused product of kind KIND (a constant of the caller): kernel(*pre, x, o0, o1, o2, n_threads, pf), pre
+    unpacked by hand (a call with *args cannot be inlined twice, into _block and on into decode_layers)."""
+    if KIND == 5:
+        f0, w0, f1, w1, f2, w2, n_w = pre
+        gemv_many_q8_K(f0, w0, f1, w1, f2, w2, n_w, x, o0, o1, o2, n_threads, pf)
+        return
+    w0, w1, w2, n_w = pre
     if KIND == 0:
-        gemv_q4_1(*pre, x, o0, o1, o2, n_threads, pf)
+        gemv_q4_1(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
     elif KIND == 1:
-        gemv_q5_1(*pre, x, o0, o1, o2, n_threads, pf)
+        gemv_q5_1(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
     elif KIND == 2:
-        gemv_q4_0(*pre, x, o0, o1, o2, n_threads, pf)
+        gemv_q4_0(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
     elif KIND == 3:
-        gemv_q5_0(*pre, x, o0, o1, o2, n_threads, pf)
-    elif KIND == 4:
-        gemv_q8_0(*pre, x, o0, o1, o2, n_threads, pf)
+        gemv_q5_0(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
     else:
-        gemv_many_q8_K(*pre, x, o0, o1, o2, n_threads, pf)
+        gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
 
 
 @jit
@@ -62,6 +76,58 @@ def _add_bias(out, b):
     if b.size:
         for i in range(out.shape[1]):
             out[0, i] = out[0, i] + b[i]
+
+
+@ijit
+def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs):
+    """One token through one block, in graph order (synapse_cli/model.py, Context._forward_ubatch):
+
+        q, k, v = Wq cur (+ bq), Wk cur (+ bk), Wv cur (+ bv)       one fused product (qkv_*)
+        q_r, k_r = rope(q), rope(k); K, V cache cells pos[0] = k_r, v (F16)
+        kqv = flash_attn_ext(q_r, K[:n_kv], V[:n_kv])               the one-row kernel
+        ffn_inp = Wo kqv (+ bo) + x;  cur = rms_norm(ffn_inp) * ffn_norm
+        gate, up = Wg cur (+ bg), Wu cur (+ bu);  gate = silu(gate) * up
+        x = Wd gate (+ bd) + ffn_inp;  normed = rms_norm(x) * next_norm   (the next block's input)
+
+    lw, the layer's arrays: (ffn_norm, next_norm, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf, down_pre, down_pf,
+    biases, k_cache, v_cache): each product's leading arguments and prefetch distance; biases: 7 float32 arrays (q,
+    k, v, o, gate, up, down), size 0 where absent; k_cache, v_cache (n_ctx, Hkv, D) F16 bits. shared, the
+    graph's: (rope_args (rope_qk's parameters after the positions), pos (1,) int32, n_kv, kv_pos (n_kv,) int32
+    (-1: empty), kq_scale float32, parts (flash_attn.head_parts), n_threads). bufs, scratch: (q, k, v, q_r, k_r,
+    kqv, attn_out, ffn_inp, gate, up, ffn_out). x, cur, ffn_inp, attn_out, ffn_out, normed: (1, n_embd); q,
+    kqv: (1, H*D); k, v: (1, Hkv*D); q_r (1, H, D); k_r (1, Hkv, D); gate, up: (1, n_ff).
+
+    QKV, O, GATE_UP, DOWN: the products' kinds (product_kind), constants of the two callers below, which inline
+    this body: their closures hold only ints (one over a dispatcher would get a new cache entry, and a
+    recompile, in every process). Under 30 arguments and no *args: CPython passes a longer call as one tuple
+    (CALL_FUNCTION_EX), which numba cannot inline."""
+    (ffn_norm, next_norm, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf, down_pre, down_pf, biases, k_cache,
+     v_cache) = lw
+    rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads = shared
+    q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out = bufs
+    n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors = rope_args
+    H, D = q_r.shape[1], q_r.shape[2]
+    Hkv = k_r.shape[1]
+    _product(QKV, qkv_pre, cur, q, k, v, n_threads, qkv_pf)
+    _add_bias(q, biases[0])
+    _add_bias(k, biases[1])
+    _add_bias(v, biases[2])
+    _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, n_rot, neox, freq_base, freq_scale,
+                    ext_factor, attn_factor, corr_dims, freq_factors)
+    v3 = v.reshape((1, Hkv, D))
+    _store_float(F16, k_cache, k_r, pos)
+    _store_float(F16, v_cache, v3, pos)
+    one_row_attend(q_r, k_cache[:n_kv], v_cache[:n_kv], n_kv, kv_pos, pos, kq_scale, kqv, parts, n_threads)
+    _product(O, o_pre, kqv, attn_out, attn_out, attn_out, n_threads, o_pf)
+    _add_bias(attn_out, biases[3])
+    _add_rms_norm_mul_serial(attn_out, x, ffn_inp, eps, ffn_norm, cur)
+    _product(GATE_UP, gu_pre, cur, gate, up, gate, n_threads, gu_pf)  # (slot 2 unused, as FusedGemv)
+    _add_bias(gate, biases[4])
+    _add_bias(up, biases[5])
+    _swiglu_serial(gate, up, gate, True)
+    _product(DOWN, down_pre, gate, ffn_out, ffn_out, ffn_out, n_threads, down_pf)
+    _add_bias(ffn_out, biases[6])
+    _add_rms_norm_mul_serial(ffn_out, ffn_inp, x, eps, next_norm, normed)
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,39 +139,56 @@ def decode_block_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
     def decode_block(x, cur, eps, ffn_norm, next_norm, normed, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf,
                      down_pre, down_pf, biases, rope_args, pos, k_cache, v_cache, n_kv, kv_pos, kq_scale, parts,
                      n_threads, q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out):
-        """One token through one block, in graph order (synapse_cli/model.py, Context._forward_ubatch):
-
-            q, k, v = Wq cur (+ bq), Wk cur (+ bk), Wv cur (+ bv)       one fused product (qkv_*)
-            q_r, k_r = rope(q), rope(k); K, V cache cells pos[0] = k_r, v (F16)
-            kqv = flash_attn_ext(q_r, K[:n_kv], V[:n_kv])               the one-row kernel
-            ffn_inp = Wo kqv (+ bo) + x;  cur = rms_norm(ffn_inp) * ffn_norm
-            gate, up = Wg cur (+ bg), Wu cur (+ bu);  gate = silu(gate) * up
-            x = Wd gate (+ bd) + ffn_inp;  normed = rms_norm(x) * next_norm   (the next block's input)
-
-        x, cur, ffn_inp, attn_out, ffn_out, normed: (1, n_embd); q, kqv: (1, H*D); k, v: (1, Hkv*D); q_r (1, H, D);
-        k_r (1, Hkv, D); gate, up: (1, n_ff); k_cache, v_cache (n_ctx, Hkv, D) F16 bits; kv_pos (n_kv,) int32
-        (-1: empty); pos (1,) int32; biases: 7 float32 arrays (q, k, v, o, gate, up, down), size 0 where absent;
-        rope_args: rope_qk's parameters after the positions; kq_scale float32; parts: flash_attn.head_parts."""
-        H, D = q_r.shape[1], q_r.shape[2]
-        Hkv = k_r.shape[1]
-        _product(QKV, qkv_pre, cur, q, k, v, n_threads, qkv_pf)
-        _add_bias(q, biases[0])
-        _add_bias(k, biases[1])
-        _add_bias(v, biases[2])
-        _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, *rope_args)
-        v3 = v.reshape((1, Hkv, D))
-        _store_float(F16, k_cache, k_r, pos)
-        _store_float(F16, v_cache, v3, pos)
-        one_row_attend(q_r, k_cache[:n_kv], v_cache[:n_kv], n_kv, kv_pos, pos, kq_scale, kqv, parts, n_threads)
-        _product(O, o_pre, kqv, attn_out, attn_out, attn_out, n_threads, o_pf)
-        _add_bias(attn_out, biases[3])
-        _add_rms_norm_mul_serial(attn_out, x, ffn_inp, eps, ffn_norm, cur)
-        _product(GATE_UP, gu_pre, cur, gate, up, gate, n_threads, gu_pf)  # (slot 2 unused, as FusedGemv)
-        _add_bias(gate, biases[4])
-        _add_bias(up, biases[5])
-        _swiglu_serial(gate, up, gate, True)
-        _product(DOWN, down_pre, gate, ffn_out, ffn_out, ffn_out, n_threads, down_pf)
-        _add_bias(ffn_out, biases[6])
-        _add_rms_norm_mul_serial(ffn_out, ffn_inp, x, eps, next_norm, normed)
+        """One token through one block (_block, whose tuples' members these are)."""
+        lw = (ffn_norm, next_norm, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf, down_pre, down_pf, biases, k_cache,
+              v_cache)
+        shared = (rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads)
+        bufs = (q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out)
+        _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs)
 
     return decode_block
+
+
+@functools.lru_cache(maxsize=None)
+def decode_layers_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
+    """decode_layers for blocks whose products all have these kinds (decode_block_for)."""
+
+    @jit
+    def decode_layers(layers, x, cur, eps, normed_last, shared, bufs):
+        """Every block of one token, in order: _block with layer il's arrays layers[il] (layer_list); the last
+        block's normed output (with the output norm as its next_norm) goes to normed_last, the others' to cur
+        (the next block's input)."""
+        n = len(layers)
+        for il in range(n):
+            normed = normed_last
+            if il < n - 1:
+                normed = cur
+            _block(QKV, O, GATE_UP, DOWN, layers[il], x, cur, eps, normed, shared, bufs)
+
+    return decode_layers
+
+
+@jit
+def _list_of_one(item):
+    """A numba typed List holding item, built in compiled (cached) code: made from Python, a typed List compiles
+    its methods for the item type anew in every process (~1 s)."""
+    out = typed.List()
+    out.append(item)
+    return out
+
+
+@jit
+def _append(items, item):
+    items.append(item)
+
+
+def layer_list(items: tuple):
+    """decode_layers' `layers` from one tuple per layer, _block's lw; None unless all have one numba type (the
+    List's append would cast, a strided array to a contiguous one among them). One item per call: a loop over
+    the 30-tuple in compiled code took 100 s to compile."""
+    if len({numba.typeof(item) for item in items}) != 1:
+        return None
+    out = _list_of_one(items[0])
+    for item in items[1:]:
+        _append(out, item)
+    return out

@@ -70,6 +70,18 @@ class GraphOps:
                      n_threads, q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out)
         return True
 
+    def layers(self, x, cur, normed_last, q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out) -> bool:
+        """Every block of one token in one jitted call (kernels/layer.decode_layers_for), the same bits as block
+        by block: x becomes the last residual, normed_last its output norm. False where that does not apply (as
+        block, or blocks whose products differ in kind: the caller goes block by block)."""
+        layers = self.ctx.layer_list() if self._block is not None else None
+        if layers is None:
+            return False
+        decode_layers = layer.decode_layers_for(*self.ctx.model.layers[0].block_kinds)
+        decode_layers(layers, x, cur, self.hp.f_norm_rms_eps, normed_last, self._block,
+                      (q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out))
+        return True
+
     # --- input, norms, output
 
     def embd(self, tokens, x):
@@ -164,6 +176,9 @@ class TracedGraphOps(GraphOps):
 
     def block(self, *args) -> bool:
         return False  # op by op: every node goes to the trace
+
+    def layers(self, *args) -> bool:
+        return False
 
     def embd(self, tokens, x):
         super().embd(tokens, x)

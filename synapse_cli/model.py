@@ -353,10 +353,28 @@ class Context:
                 self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
                 self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
+        self._layer_list = None  # layer_list(): made on first use (False: not possible)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
         self.t_prompt_ms = 0.0
         self.t_eval_ms = 0.0
+
+    def layer_list(self):
+        """The layers' arguments of kernels/layer.decode_layers_for in this context (made on first use), or None
+        where one call cannot take them: blocks without a one-call form or whose products differ in kind, or
+        per-layer arrays of different numba types."""
+        if self._layer_list is None:
+            from kernels.layer import layer_list
+
+            self._layer_list = False
+            m = self.model
+            if len({L.block_kinds for L in m.layers}) == 1 and m.layers[0].block_kinds is not None:
+                norms = [L.attn_norm for L in m.layers[1:]] + [m.output_norm]  # each block's next norm
+                made = layer_list(tuple(
+                    (L.ffn_norm, nxt, *L.block_products, L.block_biases, self.k_cache[il], self.v_cache[il])
+                    for il, (L, nxt) in enumerate(zip(m.layers, norms))))
+                self._layer_list = False if made is None else made  # (no truth test: a List's len is jitted)
+        return self._layer_list if self._layer_list is not False else None
 
     def save_state(self):
         """A copy of everything decode() changes (the KV cache and the position), for load_state()."""
@@ -521,7 +539,12 @@ class Context:
         ops.embd(tokens, x)
         ops.norm(x, m.layers[0].attn_norm, cur, ("norm-0", "attn_norm-0"), "blk.0.attn_norm.weight")
         out_norm = None
-        for il, L in enumerate(m.layers):
+        blocks = enumerate(m.layers)
+        if T == 1 and (want in ("all", "last") or want == 1):  # the last block keeps its row: maybe one call
+            normed = empty_aligned((T, E), dtype=np.float32)
+            if ops.layers(x, cur, normed, q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out):
+                out_norm, blocks = normed, ()
+        for il, L in blocks:
             last = il == hp.n_layer - 1
             if not last or want in ("all", "last") or want == 1:  # the block keeps its rows: maybe one call
                 normed = cur if not last else empty_aligned((T, E), dtype=np.float32)

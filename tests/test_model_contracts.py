@@ -185,26 +185,27 @@ def test_cold_helper_announces_its_one_token_half_then_finishes():
 
 
 def _decode_one_by_one(model, tokens, monkeypatch, blocks: bool, cache: str = "f16", fa: bool = True,
-                       batch_invariant: bool = True):
-    """(logits of each token decoded alone, K caches, V caches, block calls) with one token's block in
-    one jitted call where it applies (blocks) or op by op everywhere."""
-    import kernels.layer
+                       batch_invariant: bool = True, layers: bool = True):
+    """(logits of each token decoded alone, K caches, V caches, blocks run in one-call form) with one token's
+    blocks in one jitted call (layers: kernels/layer.decode_layers_for), or each block in one call (blocks, not
+    layers), where that applies; or op by op everywhere."""
     from synapse_cli.graph_ops import GraphOps
 
     calls = []
-    real = kernels.layer.decode_block_for
+    real_block, real_layers = GraphOps.block, GraphOps.layers
 
-    def counted(*kinds):
-        block = real(*kinds)
+    def block(self, *args):
+        done = real_block(self, *args)
+        calls.extend([1] * done)
+        return done
 
-        def call(*args):
-            calls.append(1)
-            block(*args)
-        return call
+    def all_layers(self, *args):
+        done = real_layers(self, *args)
+        calls.extend([1] * (len(self.ctx.model.layers) * done))
+        return done
 
-    monkeypatch.setattr(kernels.layer, "decode_block_for", counted)
-    if not blocks:
-        monkeypatch.setattr(GraphOps, "block", lambda self, *args: False)
+    monkeypatch.setattr(GraphOps, "block", block if blocks else lambda self, *args: False)
+    monkeypatch.setattr(GraphOps, "layers", all_layers if blocks and layers else lambda self, *args: False)
     ctx = Context(model, n_ctx=1024, cache_type_k=cache, cache_type_v=cache, flash_attn=fa,
                   batch_invariant=batch_invariant)
     logits = np.stack([ctx.decode([t]) for t in tokens])
@@ -219,20 +220,22 @@ LONG_PROMPT = [(7 * i * i + 3 * i + 11) % 1000 + 2 for i in range(140)]
                                   "tiny-llama-Q5_0", "tiny-llama-Q5_1", "tiny-llama-Q8_0", "tiny-qwen2-Q8_0",
                                   "tiny-qwen2-Q4_K_M"])
 def test_one_call_blocks_equal_the_operations(name, monkeypatch):
-    """kernels/layer.decode_block_for, one token's block in one jitted call (the default decode path), gives the
-    bits of the op-by-op path: every token's logits and the caches, over 140 tokens (the one-row attention
-    leaves the calling thread from 128 cells at these shapes), at 1 and 2 threads, with qwen2's biases."""
+    """kernels/layer.py, a token's blocks in one jitted call (decode_layers_for, the default decode path) or each
+    block in one call (decode_block_for), gives the bits of the op-by-op path: every token's logits and the
+    caches, over 140 tokens (the one-row attention leaves the calling thread from 128 cells at these shapes),
+    at 1 and 2 threads (the block by block path at 1), with qwen2's biases."""
     model = _load(name)
     for threads in (1, 2):
         ref, ref_k, ref_v, n_ref = at_thread_counts(
             lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=False), (threads,))[0]
-        got, ks, vs, n_got = at_thread_counts(
-            lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=True), (threads,))[0]
-        assert n_ref == 0 and n_got == len(LONG_PROMPT) * len(model.layers)
-        bad = np.argwhere(got != ref)
-        assert bad.size == 0, f"{threads} threads: logits differ first at (token, id) {bad[0]}"
-        for a, b, c, d in zip(ks, ref_k, vs, ref_v):
-            assert np.array_equal(a, b) and np.array_equal(c, d)
+        for layers in (True, False)[:3 - threads]:
+            got, ks, vs, n_got = at_thread_counts(lambda: _decode_one_by_one(
+                model, LONG_PROMPT, monkeypatch, blocks=True, layers=layers), (threads,))[0]
+            assert n_ref == 0 and n_got == len(LONG_PROMPT) * len(model.layers)
+            bad = np.argwhere(got != ref)
+            assert bad.size == 0, f"{threads} threads, layers={layers}: logits differ first at (token, id) {bad[0]}"
+            for a, b, c, d in zip(ks, ref_k, vs, ref_v):
+                assert np.array_equal(a, b) and np.array_equal(c, d)
 
 
 def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
@@ -255,6 +258,21 @@ def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     (ref, ref_k, ref_v, _), (got, ks, vs, n) = runs
     assert n == len(tokens) * len(model.layers) and np.array_equal(got, ref)
     assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
+
+
+def test_layers_of_other_types_go_block_by_block(monkeypatch):
+    """A layer whose arrays have another numba type (a strided norm weight here) cannot join the others in
+    decode_layers' typed List: Context.layer_list says so (None) and tokens go block by block, the same bits."""
+    model = _load("tiny-qwen2-Q8_0")
+    ref, *_ = _decode_one_by_one(model, PROMPT, monkeypatch, blocks=True)
+    L = model.layers[1]
+    strided = np.zeros((L.ffn_norm.size, 2), np.float32)
+    strided[:, 0] = L.ffn_norm
+    monkeypatch.setattr(L, "ffn_norm", strided[:, 0])
+    ctx = Context(model, n_ctx=256)
+    assert ctx.layer_list() is None
+    got = np.stack([ctx.decode([t]) for t in PROMPT])
+    assert np.array_equal(got, ref)
 
 
 @pytest.mark.parametrize("name,settings", [
@@ -280,19 +298,21 @@ def test_blocks_wait_for_the_cold_cache_helper(pending, monkeypatch):
     single tokens run op by op, with the same bits; once they are compiled, as blocks."""
     from synapse_cli.session import warm_up
 
+    from synapse_cli.graph_ops import GraphOps
+
     model = _load("tiny-qwen2-Q8_0")
     ref, *_ = _decode_one_by_one(model, PROMPT, monkeypatch, blocks=True)
-    import kernels.layer
-
     calls = []
-    real = kernels.layer.decode_block_for
-    monkeypatch.setattr(kernels.layer, "decode_block_for", lambda *k: (calls.append(1), real(*k))[1])
+    real = GraphOps.layers
+    monkeypatch.setattr(GraphOps, "layers", lambda self, *a: (calls.append(1), real(self, *a))[1])
+    monkeypatch.setattr(GraphOps, "block", lambda self, *a: calls.append(1))  # (None: not in one call)
     ctx = Context(model, n_ctx=256)
     warm_up(ctx, show_progress=False, batch_pending=pending)
     calls.clear()
     got = np.stack([ctx.decode([t]) for t in PROMPT])
     assert ctx.one_call_blocks is not pending and ctx.single_token_batches is pending
-    assert len(calls) == (0 if pending else len(PROMPT) * len(model.layers))
+    assert ctx.layer_list() is not None  # one call per token where the blocks are ready, op by op before
+    assert len(calls) == (len(PROMPT) * (1 + len(model.layers)) if pending else len(PROMPT))
     assert np.array_equal(got, ref)
 
 
