@@ -281,6 +281,38 @@ def scale_halves16(typingctx, sc, c):
 
 
 @intrinsic
+def bcast16b(typingctx, arr, offset):
+    """The 16 bytes at byte offset in both 128-bit halves (<32 x i8>, vbroadcasti128): a block's 8 scales and 8
+    mins, for byte_splat16."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        v = builder.load(builder.bitcast(p, ir.VectorType(_i8, 16).as_pointer()), align=1)
+        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), list(range(16)) * 2))
+
+    return V32I8(arr, offset), codegen
+
+
+@intrinsic
+def byte_splat16(typingctx, v, k):
+    """<16 x i16>, every lane byte k of v zero-extended (k < 16; v from bcast16b): one vpshufb per sub-block
+    scale (its mask a constant where k is) instead of a scalar load, a move to a vector register and a
+    broadcast."""
+    if v != V32I8 or not isinstance(k, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        k16 = builder.trunc(context.cast(builder, args[1], sig.args[1], types.int64), _i16)
+        mask = _splat(builder, builder.or_(k16, ir.Constant(_i16, 0x8000)), V16I16.llvm_type())  # bytes k, zero
+        b = _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(), [args[0], builder.bitcast(mask, V32I8.llvm_type())])
+        return builder.bitcast(b, V16I16.llvm_type())
+
+    return V16I16(v, k), codegen
+
+
+@intrinsic
 def ffma(typingctx, a, b, c):
     """a*b + c lane-wise with ONE rounding (llvm.fma.v8f32 -> vfmadd): ggml's _mm256_fmadd_ps."""
     if a != V8F32 or b != V8F32 or c != V8F32:

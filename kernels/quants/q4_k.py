@@ -52,9 +52,9 @@ from .kquants import hsum_float_8, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
 from ..fp16 import fma_f32
 from ._simd512 import HAS_AVX512, HAS_VNNI512
-from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, fmul, hsum32, hsum32x4, load32, load8_i16_as_i32, load8_u8_as_i32,
-                    load8x32, load8xf32, maddubs, mul32, prefetch_span, splat16, splat32, splat8,
-                    splatf, srl16, store8xf32, zero32, zerof)
+from ._simd import (HAS_AVX2, add32, and8, bcast16b, byte_splat16, cvt_f32, dpwssd, ffma, fmul, hsum32, hsum32x4,
+                    load32, load8_i16_as_i32, load8_u8_as_i32, load8x32, load8xf32, maddubs, mul32, prefetch_span,
+                    splat16, splat32, splat8, splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
 from . import q4_k_gemm256
 from .q4_k_gemm512 import (PACKED_BYTES, V_MIN_TOKENS, V_UNIT, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z,
@@ -112,13 +112,13 @@ def _repack(raw, out, PERMUTE=True):
 
 
 @ijit
-def _chunk(w, n, b, c, qp, oa, m0f, vlo, vhi):
-    """Chunk c of super-block b of row n (sub-blocks 2c: low nibbles, 2c+1: high) against the permuted
-    activations at oa: vlo + scale_2c * (lo . y), vhi + scale_2c+1 * (hi . y), int32 lanes."""
-    ob = b * PACKED_BYTES
-    q = load32(w, n * w.shape[1] + ob + 32 * c)
-    vlo = dpwssd(vlo, maddubs(and8(q, m0f), load32(qp, oa + 64 * c)), splat16(w[n, ob + 128 + 2 * c]))
-    vhi = dpwssd(vhi, maddubs(and8(srl16(q, 4), m0f), load32(qp, oa + 64 * c + 32)), splat16(w[n, ob + 129 + 2 * c]))
+def _chunk(w, n, b, c, qp, oa, m0f, vlo, vhi, sv):
+    """Chunk c (a literal) of super-block b of row n (sub-blocks 2c: low nibbles, 2c+1: high) against the
+    permuted activations at oa: vlo + scale_2c * (lo . y), vhi + scale_2c+1 * (hi . y), int32 lanes; sv: the
+    block's scales and mins (bcast16b at its byte 128)."""
+    q = load32(w, n * w.shape[1] + b * PACKED_BYTES + 32 * c)
+    vlo = dpwssd(vlo, maddubs(and8(q, m0f), load32(qp, oa + 64 * c)), byte_splat16(sv, 2 * c))
+    vhi = dpwssd(vhi, maddubs(and8(srl16(q, 4), m0f), load32(qp, oa + 64 * c + 32)), byte_splat16(sv, 2 * c + 1))
     return vlo, vhi
 
 
@@ -142,9 +142,10 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
         dy = yd[t, b]
         d = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 144)) * dy)
         dmin = np.float32(f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 146)) * dy)
+        sv = bcast16b(w, o + 128)
         if SB:  # ggml_gemm_q4_K_8x8_q8_K: one FMA per 64-weight pair of sub-blocks (chunk c)
             for c in range(4):
-                v, vh = _chunk(w, n, b, c, qp, oa, m0f, zero32(), zero32())
+                v, vh = _chunk(w, n, b, c, qp, oa, m0f, zero32(), zero32(), sv)
                 acc = fma_f32(np.float32(hsum32(add32(v, vh))), d, acc)
                 m = (np.int32(w[n, b * PACKED_BYTES + 136 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c])
                      + np.int32(w[n, b * PACKED_BYTES + 137 + 2 * c]) * np.int32(bs32[t, 8 * b + 2 * c + 1]))
@@ -152,10 +153,10 @@ def row_dot_x86(w, n, qp, t, yd, bs32, SB, PF=0):
         else:
             # four integer accumulators: one made the block a chain of 8 dependent vpdpwssd whose latency bounded
             # the gemv (2-core Zen 4, benchmarks/RESULTS.md); integer sums, so any grouping gives the same I
-            v0, v1 = _chunk(w, n, b, 0, qp, oa, m0f, zero32(), zero32())
-            v2, v3 = _chunk(w, n, b, 1, qp, oa, m0f, zero32(), zero32())
-            v0, v1 = _chunk(w, n, b, 2, qp, oa, m0f, v0, v1)
-            v2, v3 = _chunk(w, n, b, 3, qp, oa, m0f, v2, v3)
+            v0, v1 = _chunk(w, n, b, 0, qp, oa, m0f, zero32(), zero32(), sv)
+            v2, v3 = _chunk(w, n, b, 1, qp, oa, m0f, zero32(), zero32(), sv)
+            v0, v1 = _chunk(w, n, b, 2, qp, oa, m0f, v0, v1, sv)
+            v2, v3 = _chunk(w, n, b, 3, qp, oa, m0f, v2, v3, sv)
             acc = fma_f32(np.float32(hsum32(add32(add32(v0, v2), add32(v1, v3)))), d, acc)
             m = hsum32(mul32(load8_u8_as_i32(w, o + 136), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
             accm = fma_f32(np.float32(m), dmin, accm)
