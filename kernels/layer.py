@@ -28,10 +28,10 @@ import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
 
 import functools
 
-from kernels.activations import _swiglu_serial
 import numba
 from numba import typed
 
+from kernels.activations import _swiglu_serial
 from kernels.config import ijit, jit
 from kernels.flash_attn import one_row_attend
 from kernels.kv_cache import F16, _store_float

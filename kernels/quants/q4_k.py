@@ -113,7 +113,7 @@ def _repack(raw, out, PERMUTE=True):
 
 @ijit
 def _chunk(w, n, b, c, qp, oa, m0f, vlo, vhi, sv):
-    """Chunk c (a literal) of super-block b of row n (sub-blocks 2c: low nibbles, 2c+1: high) against the
+    """Chunk c of super-block b of row n (sub-blocks 2c: low nibbles, 2c+1: high) against the
     permuted activations at oa: vlo + scale_2c * (lo . y), vhi + scale_2c+1 * (hi . y), int32 lanes; sv: the
     block's scales and mins (bcast16b at its byte 128)."""
     q = load32(w, n * w.shape[1] + b * PACKED_BYTES + 32 * c)
