@@ -42,7 +42,7 @@ class GraphOps:
         self._block = self._block_args() if T == 1 else None
 
     def _block_args(self):
-        """kernels/layer.decode_block_for's per-graph arguments, where one token's blocks can run as one call each: the
+        """kernels/layer.py's per-graph arguments (its `shared`), where one token's blocks can run in one call: the
         F16 cache of flash attention on the one-row kernel, the single-token products, no attention temperature
         and no rotated cache (those run op by op), once compiled (Context.one_call_blocks); else None."""
         ctx, hp = self.ctx, self.hp

@@ -10,7 +10,7 @@ opens the same model and context settings, with the weights' packed arrays alloc
     the other steps', then says so on stdout (the main process waits for that line, then loads them); then, at
     the lowest CPU priority, a 16-token batch, which compiles the batch kernels for the next runs (the main
     process decodes short prompts token by token meanwhile: the same bits, Context.single_token_batches),
-    then one token, which compiles its blocks as one call each (kernels/layer.py; the main process runs them
+    then one token, which compiles its blocks as one call (kernels/layer.py; the main process runs them
     op by op meanwhile, Context.one_call_blocks) - this part may outlive the main process;
   * with --llama-batch-order (whose batches must use the batch kernels): the 16-token batch only, which the
     main process waits for.
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(19)  # the batch kernels are for later runs: yield to the main process's computation
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
     if ctx.batch_invariant:
-        ctx.decode([0])  # one token's blocks as one call each (kernels/layer.py)
+        ctx.decode([0])  # one token's blocks as one call (kernels/layer.py)
     if stem is not None:
         stem.with_suffix(".done").touch()
         stem.with_suffix(".pid").unlink(missing_ok=True)
