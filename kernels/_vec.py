@@ -40,6 +40,7 @@ from kernels.config import ijit as _inline, jit
 
 
 HAS_AVX512 = {"avx512f", "f16c"} <= config.CPU_FEATURES
+HAS_GATHER = "avx2" in config.CPU_FEATURES  # vpgatherqq (expf16's table lookup without AVX512)
 # A native build on a CPU with AVX512-FP16 (Sapphire Rapids and later) compiles ggml's F16 vector ops (GGML_F16_VEC:
 # ggml_vec_mad_f16, ggml_vec_scale_f16) to FP16 arithmetic, 32 lanes, steps of F16_ARITH_STEP elements: each
 # element rounded once in FP16, the float scalar rounded to FP16 first (simd-mappings.h). The elements past the last
@@ -489,15 +490,56 @@ _EXPF_MAY_UFLOW = float.fromhex("-0x1.9d1d9ep6")  # below: __math_may_uflowf, 0x
 _EXPF_OFLOW = float.fromhex("0x1.62e42ep6")  # above: +inf
 
 
+def _exp2f_tab_ir(builder, j):
+    """The table entries _EXP2F_TAB[j] of a <16 x i64> of indices 0..31: two vpermi2q per 8 lanes (AVX512), four
+    vpgatherqq (AVX2), or a load per lane."""
+    i64 = ir.IntType(64)
+    q16 = ir.VectorType(i64, 16)
+    q8 = ir.VectorType(i64, 8)
+    q4 = ir.VectorType(i64, 4)
+    if HAS_AVX512:
+        perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(q8, [q8, q8, q8]),
+                                              "llvm.x86.avx512.vpermi2var.q.512")
+        tabs = [ir.Constant(q8, _EXP2F_TAB[8 * i: 8 * i + 8]) for i in range(4)]
+        halves = []
+        for h in range(2):
+            jh = builder.shuffle_vector(j, j, ir.Constant(ir.VectorType(_i32, 8), list(range(8 * h, 8 * h + 8))))
+            lo = builder.call(perm, [tabs[0], jh, tabs[1]])  # entries 0..15 (index bits 0-3)
+            hi = builder.call(perm, [tabs[2], jh, tabs[3]])  # entries 16..31
+            upper = builder.icmp_unsigned(">=", jh, ir.Constant(q8, [16] * 8))
+            halves.append(builder.select(upper, hi, lo))
+        return builder.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+    name = "synapse.exp2f_tab"
+    tab = builder.module.globals.get(name)
+    if tab is None:
+        tab = cgutils.global_constant(builder.module, name, ir.Constant(ir.ArrayType(i64, _EXP2F_N), _EXP2F_TAB))
+    if HAS_GATHER:
+        i8p = ir.IntType(8).as_pointer()
+        gather = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(q4, [q4, i8p, q4, q4, ir.IntType(8)]), "llvm.x86.avx2.gather.q.q.256")
+        base = builder.bitcast(tab, i8p)
+        ones = ir.Constant(q4, [-1] * 4)
+        parts = []
+        for k in range(4):
+            jk = builder.shuffle_vector(j, j, ir.Constant(ir.VectorType(_i32, 4), list(range(4 * k, 4 * k + 4))))
+            parts.append(builder.call(gather, [ir.Constant(q4, [0] * 4), base, jk, ones, ir.Constant(ir.IntType(8), 8)]))
+        lo = builder.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(_i32, 8), list(range(8))))
+        hi = builder.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(_i32, 8), list(range(8))))
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+    t = ir.Constant(q16, ir.Undefined)
+    zero = ir.Constant(_i32, 0)
+    for k in range(16):
+        jk = builder.extract_element(j, ir.Constant(_i32, k))
+        t = builder.insert_element(t, builder.load(builder.gep(tab, [zero, jk])), ir.Constant(_i32, k))
+    return t
+
+
 def _expf_ir(builder, xf):
     """IR of glibc's expf (see above) on a <16 x float>."""
     d16 = ir.VectorType(ir.DoubleType(), 16)
     i64 = ir.IntType(64)
     q16 = ir.VectorType(i64, 16)
-    q8 = ir.VectorType(i64, 8)
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(d16, [d16, d16, d16]), "llvm.fma.v16f64")
-    perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(q8, [q8, q8, q8]),
-                                          "llvm.x86.avx512.vpermi2var.q.512")
 
     def dc(v):
         return ir.Constant(d16, [v] * 16)
@@ -508,15 +550,7 @@ def _expf_ir(builder, xf):
     kd = builder.fsub(kd, dc(_EXPF_SHIFT))
     r = builder.call(fma, [dc(_EXPF_INVLN2N), xd, builder.fneg(kd)])  # vfmsub: z - kd, z unrounded
     j = builder.and_(ki, ir.Constant(q16, [_EXP2F_N - 1] * 16))
-    tabs = [ir.Constant(q8, _EXP2F_TAB[8 * i: 8 * i + 8]) for i in range(4)]
-    halves = []
-    for h in range(2):
-        jh = builder.shuffle_vector(j, j, ir.Constant(ir.VectorType(_i32, 8), list(range(8 * h, 8 * h + 8))))
-        lo = builder.call(perm, [tabs[0], jh, tabs[1]])  # entries 0..15 (index bits 0-3)
-        hi = builder.call(perm, [tabs[2], jh, tabs[3]])  # entries 16..31
-        upper = builder.icmp_unsigned(">=", jh, ir.Constant(q8, [16] * 8))
-        halves.append(builder.select(upper, hi, lo))
-    t = builder.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+    t = _exp2f_tab_ir(builder, j)
     t = builder.add(t, builder.shl(ki, ir.Constant(q16, [52 - 5] * 16)))
     s = builder.bitcast(t, d16)
     z = builder.call(fma, [r, dc(_EXPF_C[0]), dc(_EXPF_C[1])])
@@ -537,7 +571,7 @@ def _splat_const(v):
 @intrinsic
 def expf16(typingctx, x):
     """glibc expf of each lane (see above): the same bits as the C library's expf (the scalar kernels' math.exp on
-    a float32) where `expf16_matches_libm()`; AVX512 only (the table lookup is two vpermi2q per 8 lanes)."""
+    a float32) where `expf16_matches_libm()`. The table lookup: _exp2f_tab_ir."""
     if x != F32x16:
         return None
 
@@ -618,8 +652,6 @@ def expf16_matches_libm() -> bool:
     float32 of [-104, 0], each 65537th of the rest, the thresholds, and -63.0995..., the one argument of [-104, 0]
     where r's contraction shows; ~10 ms): checked once a process before the vectorised kernels use it; a different
     libm keeps them on their scalar paths (the same bits, slower)."""
-    if not HAS_AVX512:
-        return False
     edges = np.array([0.0, -0.0, 1.0, -1.0, _EXPF_UFLOW, _EXPF_MAY_UFLOW, _EXPF_OFLOW, 88.0, -88.0, np.inf, -np.inf,
                       np.nan, -103.0, 1e-30, -1e-30, 2.0 ** -149, -63.09946060180664], np.float32).view(np.uint32)
     runs = [(0xC2D00000, 0xFFFFFFFF + 1, 65537), (0x80000000, 0xC2D00000, 1009), (0, 0x80000000, 65537)]

@@ -29,7 +29,7 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, from_f16x16, load16, load16h, mad16h, mul16,
+    F16_ARITH, add16, expf16_matches_libm, f16_arith_dims, fma16, from_f16x16, load16, load16h, mad16h, mul16,
     online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16, zero16,
 )
 from kernels.attention import _dot_lanes, make_dots16
@@ -43,9 +43,9 @@ ROWS_MIN = 2  # batches of at least this many tokens take this kernel (one token
 
 
 def rows_kernel_applies(T: int, D: int) -> bool:
-    """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: AVX512 (the 16-lane
-    expf's table lookup), a head dimension of a multiple of 64, and a C library whose expf expf16 reproduces."""
-    return T >= ROWS_MIN and D % 64 == 0 and HAS_AVX512 and expf16_matches_libm()
+    """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: a head dimension of a
+    multiple of 64, and a C library whose expf expf16 reproduces."""
+    return T >= ROWS_MIN and D % 64 == 0 and expf16_matches_libm()
 
 
 @ijit
@@ -285,8 +285,9 @@ def _tile(q, k16, v16, n_kv, kv_pos, q_pos, scale, g, t0, t1, qv, kb, vb, vm, vi
                     ra, rb, rc = i * gqa + ka // per, i * gqa + kb_ // per, i * gqa + kc // per
                     da, db, dc = 64 * (s0 + ka % per), 64 * (s0 + kb_ % per), 64 * (s0 + kc % per)
                     if arith:
-                        _vkq_slabs16(v16, (c0 * G + g) * D, G * D, D, vis[i], nvis[i], ra, rb, rc, da, db, dc, msv,
-                                     vsv, acc, S)
+                        if F16_ARITH:  # (a global constant: numba prunes this call where there is no AVX512-FP16)
+                            _vkq_slabs16(v16, (c0 * G + g) * D, G * D, D, vis[i], nvis[i], ra, rb, rc, da, db, dc,
+                                         msv, vsv, acc, S)
                     else:
                         _vkq_slabs32(vb, 0, D, D, vis[i], nvis[i], ra, rb, rc, da, db, dc, msv, vsv, acc, S)
     for r in range(n_rows):
