@@ -49,7 +49,8 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    HAS_AVX512, f16_arith_dims, fma16, load16, mul16, splat16, store16, vec_mad_f16_16, vec_scale_f16_16, zero16,
+    HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, load16, mul16, online_soft_max16, splat16, store16,
+    vec_mad_f16_16, vec_scale_f16_16, zero16,
 )
 from kernels.activations import row_max, vec_soft_max
 from kernels.order import Order
@@ -69,6 +70,10 @@ FA_SPLIT_KV_MIN = 512  # one query row over a KV view of this many cells takes g
 # calling thread: a parallel launch costs ~5 us (2-core Zen 4: one token of SmolLM2's 9 heads breaks even at
 # ~60 cells, benchmarks/RESULTS.md)
 ONE_ROW_PARALLEL_MIN_FLOPS = 1 << 17
+# expf16 gives this C library's expf (checked once a process, ~0.2 s; the batch kernel's prompts check it anyway):
+# the one-row kernel's soft-max then runs 16 cells at a time. Compiled kernels freeze the value (numba's cache
+# does not see it): one machine and C library per cache folder.
+VEC_EXPF = expf16_matches_libm()
 
 
 @ijit
@@ -172,15 +177,52 @@ def _soft_max_row(sc, o, vis, nv, scale, ms_out, vs_out):
 
 
 @jit
-def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, sinv, buf, out):
+def _soft_max_row16(sc, o, vis, nv, scale, ms_out, vs_out, xs):
+    """_soft_max_row with its expf calls 16 cells at a time (`online_soft_max16`: the running maximum by a prefix
+    scan, glibc's expf on 16 lanes; the same ms, vs and maximum per cell); S = fma(S, ms, vs) in cell order, a
+    block behind (its latency chain overlaps the next block's work: 4.3 -> 3.8 ns a head and cell on a Zen 3).
+    ms_out, vs_out need room for nv rounded up to 16; xs (>= that + 16,) is scratch: the visible cells' raw
+    scores, then the last block's lane mask."""
+    n16 = (nv + 15) // 16 * 16
+    for i in range(nv):
+        xs[i] = sc[o + vis[i]]
+    for i in range(16):  # lanes of the last block past nv: hidden
+        xs[n16 + i] = 1 if n16 - 16 + i < nv else 0
+    vscale = splat16(scale)
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for c in range(0, n16, 16):
+        x = add16(mul16(load16(xs, c), vscale), zero16())  # s * scale + 0 (the mask)
+        ms, vs, M = online_soft_max16(x, splat16(np.float32(1.0)) if c + 16 <= nv else load16(xs, n16), M)
+        store16(ms_out, c, ms)
+        store16(vs_out, c, vs)
+        for i in range(max(0, c - 16), c):  # the previous block's cells (all visible)
+            S = fma_f32(S, ms_out[i], vs_out[i])
+    for i in range(max(0, n16 - 16), nv):
+        S = fma_f32(S, ms_out[i], vs_out[i])
+    return np.float32(0.0) if S == 0.0 else np.float32(np.float32(1.0) / S)
+
+
+@ijit
+def _soft_max(sc, o, vis, nv, scale, ms_out, vs_out, xs):
+    """One head's online soft-max (_soft_max_row), 16 cells at a time where expf16 is this C library's expf."""
+    if VEC_EXPF:  # a global constant: numba compiles one of the two
+        return _soft_max_row16(sc, o, vis, nv, scale, ms_out, vs_out, xs)
+    return _soft_max_row(sc, o, vis, nv, scale, ms_out, vs_out)
+
+
+@jit
+def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, vis, msv, vsv, sinv, buf, xs,
+                   out):
     """_row_chunk over all cells for query heads j0..j1-1 of KV head g at token t, vectorised: the scores of 16
     cells by 16-lane dot products reduced together (the same lanes and tree as ggml_vec_dot_f16); then per head
-    the online softmax in ggml's order, scalar, over the visible cells (its expf calls off the accumulator's
+    the online softmax in ggml's order over the visible cells (_soft_max: its expf calls off the accumulator's
     chain), and VKQ as F16 values in float32 registers, two slabs of 64 dimensions at a time (eight
     independent 16-lane chains, _vkq_slabs2) over all cells. Same bits as _row_chunk, for any head range.
     Scratch: qv (>= n, D), sc (>= n * n_eff,) flat, head j's scores at (j - j0) * n_eff; vis (>= n_eff,) the
-    visible cells; msv, vsv (>= n, >= n_eff) ms and vs of each visible cell per head; sinv (>= n,) 1/S per
-    head; buf (768,) the scores' reduction scratch. out must be C-contiguous."""
+    visible cells; msv, vsv (>= n, >= n_eff + 16) ms and vs of each visible cell per head; sinv (>= n,) 1/S per
+    head; buf (768,) the scores' reduction scratch; xs (>= n_eff + 32,) the soft-max's. out must be
+    C-contiguous."""
     n_kv, G, D = k16.shape
     H = q.shape[1]
     h0 = g * (H // G) + j0
@@ -203,7 +245,7 @@ def _group_one_row(q, k16, v16, kv_pos, qp, scale, t, g, j0, j1, n_eff, qv, sc, 
             sc[j * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + g) * D, qv, j * D, D))
     nv = _visible_cells(kv_pos, n_eff, qp, vis)  # the same for every head
     for j in range(n):
-        sinv[j] = _soft_max_row(sc, j * n_eff, vis, nv, scale, msv[j], vsv[j])
+        sinv[j] = _soft_max(sc, j * n_eff, vis, nv, scale, msv[j], vsv[j], xs)
     # VKQ in slabs of 64 dimensions (slab k: head k // (D/64), dimensions 64 * (k % (D/64)) on), two slabs at a
     # time: eight independent F16 chains in registers over all cells, enough to cover the chain's latency
     per = D // 64
@@ -280,17 +322,18 @@ def _one_row_items(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, parts, i0, step
     qv = np.empty((gqa, D), np.float32)
     sc = np.empty(gqa * n_kv, np.float32)
     vis = np.empty(n_kv, np.int64)
-    msv = np.empty((gqa, n_kv), np.float32)
-    vsv = np.empty((gqa, n_kv), np.float32)
+    msv = np.empty((gqa, n_kv + 16), np.float32)
+    vsv = np.empty((gqa, n_kv + 16), np.float32)
     sinv = np.empty(gqa, np.float32)
     buf = np.empty(768, np.float32)
+    xs = np.empty(n_kv + 32, np.float32)
     for item in range(i0, T * G * parts, step):
         t = item // (G * parts)
         g = (item // parts) % G
         part = item % parts
         n_eff = _n_eff(kv_pos, n_kv, q_pos[t])
         _group_one_row(q, k16, v16, kv_pos, q_pos[t], scale, t, g, part * gqa // parts, (part + 1) * gqa // parts,
-                       n_eff, qv, sc, vis, msv, vsv, sinv, buf, out)
+                       n_eff, qv, sc, vis, msv, vsv, sinv, buf, xs, out)
 
 
 @pjit
@@ -401,11 +444,12 @@ def _one_token_phases(q, k16, v16, n_kv, kv_pos, q_pos, scale, out, n_chunks):
             sc[h * n_eff + c] = _reduce_add16(_dot_lanes(k16, (c * G + h // gqa) * D, qv, h * D, D))
     vis = np.empty(n_eff, np.int64)
     nv = _visible_cells(kv_pos, n_eff, qp, vis)
-    msv = np.empty((H, nv), np.float32)
-    vsv = np.empty((H, nv), np.float32)
+    msv = np.empty((H, nv + 16), np.float32)
+    vsv = np.empty((H, nv + 16), np.float32)
     sinv = np.empty(H, np.float32)
     for h in prange(H):
-        sinv[h] = _soft_max_row(sc, h * n_eff, vis, nv, scale, msv[h], vsv[h])
+        xs = np.empty(nv + 32, np.float32)
+        sinv[h] = _soft_max(sc, h * n_eff, vis, nv, scale, msv[h], vsv[h], xs)
     nvec = D // 16
     n_units = H * nvec
     for ci in prange(n_chunks):
