@@ -29,8 +29,8 @@ import numpy as np
 from numba import prange
 
 from kernels._vec import (
-    F16_ARITH, add16, expf16_matches_libm, f16_arith_dims, fma16, from_f16x16, load16, load16h, mad16h, mul16,
-    online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16, zero16,
+    F16_ARITH, HAS_AVX512, add16, expf16_matches_libm, f16_arith_dims, fma16, from_f16x16, load16, load16h, mad16h,
+    mul16, online_soft_max16, scale16h, splat16, store16, to_f16x16, vec_mad_f16_16, vec_scale_f16_16, zero16,
 )
 from kernels.attention import _dot_lanes, make_dots16
 from kernels.config import ijit, jit, pjit
@@ -44,8 +44,9 @@ ROWS_MIN = 2  # batches of at least this many tokens take this kernel (one token
 
 def rows_kernel_applies(T: int, D: int) -> bool:
     """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: a head dimension of a
-    multiple of 64, and a C library whose expf expf16 reproduces."""
-    return T >= ROWS_MIN and D % 64 == 0 and expf16_matches_libm()
+    multiple of 64 (AVX512) or of 64 (AVX2: at 128 it is no faster than the rows one at a time, whose chains fit
+    the 16 ymm registers; `python benchmarks/attention_rows.py`), and a C library whose expf expf16 reproduces."""
+    return T >= ROWS_MIN and (D % 64 == 0 if HAS_AVX512 else D == 64) and expf16_matches_libm()
 
 
 @ijit
