@@ -48,12 +48,29 @@ XS = q32.XS  # x86-order formats: layout constants of 8-row groups times XS (see
 def _q32_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf):
     """Groups [g0, g1): q32.gemv_group, prefetching pf bytes ahead, the two halves in alternation (two sequential
     streams, as _k_rows; two groups per iteration with shared activation loads measured no faster)."""
+    if MODE == q32.LANES or MODE == q32.LANES_M:
+        _x86_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, pf)
+        return
     h = (g1 - g0) // 2
     for i in range(h):
         q32.gemv_group(w, g0 + i, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf)
         q32.gemv_group(w, g0 + h + i, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf)
     if (g1 - g0) % 2:
         q32.gemv_group(w, g1 - 1, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, pf)
+
+
+@jit
+def _x86_span(w, g0, g1, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, pf):
+    """_q32_span in the x86 lane modes, straight to q32.gemv_group_x86. Through gemv_group (which also holds the
+    generic modes, their helpers inlined) numba wrapped every group in reference counts of its six arrays, twelve
+    NRT calls an 8-row group; without them a decoded SmolLM2 token takes 0.87-0.99x the time (`python
+    benchmarks/decode_ab.py --base 4ea709c`, benchmarks/RESULTS.md)."""
+    h = (g1 - g0) // 2
+    for i in range(h):
+        q32.gemv_group_x86(w, g0 + i, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, pf)
+        q32.gemv_group_x86(w, g0 + h + i, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, pf)
+    if (g1 - g0) % 2:
+        q32.gemv_group_x86(w, g1 - 1, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, pf)
 
 
 @jit

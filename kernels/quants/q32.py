@@ -580,6 +580,17 @@ def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, PF):
 
 
 @jit
+def gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF):
+    """gemv_group in the x86 lane modes: x86_group for one token, prefetching PF bytes ahead block by block
+    (16-row groups) or the whole next group (8-row groups)."""
+    if XG == 16:  # one zmm per lane
+        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
+        return
+    prefetch_span(w, (g + 1) * w.shape[1], w.shape[1])  # next group
+    x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, 0)
+
+
+@jit
 def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF):
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
     int32 (K/4 in the x86 modes) -> out (1, N). Software prefetch (see _simd.prefetch_span): 16-row groups
@@ -591,13 +602,10 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF
     gb = w.shape[1]
     nb = qa.shape[1] // QK
     m0f = splat8(15)
-    if (MODE == LANES or MODE == LANES_M) and XG == 16:  # x86 lane modes, one zmm per lane
-        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
+    if MODE == LANES or MODE == LANES_M:
+        gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF)
         return
     prefetch_span(w, (g + 1) * gb, gb)  # next group
-    if MODE == LANES or MODE == LANES_M:  # x86 lane modes, 8-row groups
-        x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, 0)
-        return
     sumf = zerof()
     for b in range(nb):
         o = g * gb + b * GB
