@@ -8,6 +8,7 @@ package; this takes that folder off the path and puts the repository root first.
 from __future__ import annotations
 
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,3 +28,9 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def file_at(rev: str, path: str) -> str:
+    """The text of the repository's file `path` at git revision rev (the A/B scripts' base builds)."""
+    return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True, capture_output=True,
+                          text=True).stdout

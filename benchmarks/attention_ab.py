@@ -12,11 +12,10 @@ cells already in the cache): SmolLM2 9/3/64 and Qwen2.5-1.5B 12/2/128, a 512-tok
 
 from __future__ import annotations
 
-from _common import REPO  # first: the repository root on the import path
+from _common import file_at  # first: the repository root on the import path
 
 import argparse
 import importlib
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,11 +32,8 @@ CASES = {  # name: (H, Hkv, D, T, depth)
 
 def _base_modules(rev: str, into: Path):
     """fa_base (rev's kernels/flash_attn.py, importing attn_base = rev's kernels/attention.py)."""
-    def show(path):
-        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
-    (into / "attn_base.py").write_text(show("kernels/attention.py"))
-    (into / "fa_base.py").write_text(show("kernels/flash_attn.py").replace("from kernels.attention import",
+    (into / "attn_base.py").write_text(file_at(rev, "kernels/attention.py"))
+    (into / "fa_base.py").write_text(file_at(rev, "kernels/flash_attn.py").replace("from kernels.attention import",
                                                                           "from attn_base import"))
     sys.path.insert(0, str(into))
     return importlib.import_module("fa_base")

@@ -1,8 +1,8 @@
 """The one-row attention kernel's two forms in ONE process (issue #20): a prompt's rows one at a time
 (`flash_attn._one_row_parallel`, the path of every row before the batch kernel ran on this CPU) against the batch
 kernel (`flash_attn_rows.one_row_tiles`, which flash_attn_ext takes where `rows_kernel_applies`), alternating
-calls; and one head's soft-max scalar (`_soft_max_row`)
-against 16 cells at a time (`_soft_max_row16`). Random F16 caches; checks that each pair gives the same bits.
+calls; and one head's soft-max scalar (`_soft_max_row`) against 16 cells at a time (`_soft_max_row16`). Random
+F16 caches; checks that each pair gives the same bits.
 
     python benchmarks/attention_rows.py [--cases smol,smol_d,q15,q15_d] [--threads 2] [--no-softmax]
 

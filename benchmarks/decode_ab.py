@@ -11,11 +11,10 @@ tree's). Prints the median token of each and checks that the two gave the same l
 
 from __future__ import annotations
 
-from _common import REPO  # first: the repository root on the import path
+from _common import REPO, file_at  # first: the repository root on the import path
 
 import argparse
 import importlib
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,15 +24,12 @@ import numpy as np
 
 def _base_modules(rev: str, into: Path):
     """layer_base (rev's kernels/layer.py, its products from gemv1_base = rev's kernels/quants/gemv1.py)."""
-    def show(path):
-        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
-    gemv1 = show("kernels/quants/gemv1.py")
+    gemv1 = file_at(rev, "kernels/quants/gemv1.py")
     for old, new in (("from ..", "from kernels."), ("from . import", "from kernels.quants import"),
                      ("from .", "from kernels.quants.")):
         gemv1 = gemv1.replace(old, new)
     (into / "gemv1_base.py").write_text(gemv1)
-    (into / "layer_base.py").write_text(show("kernels/layer.py").replace("from kernels.quants.gemv1 import",
+    (into / "layer_base.py").write_text(file_at(rev, "kernels/layer.py").replace("from kernels.quants.gemv1 import",
                                                                           "from gemv1_base import"))
     sys.path.insert(0, str(into))
     return importlib.import_module("layer_base")

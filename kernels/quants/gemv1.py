@@ -110,7 +110,9 @@ def gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1,
     qa, d16, yd = _q8_row_arrays(x.shape[1])
     s16 = np.empty_like(d16)
     ys = np.empty_like(yd)
-    asum = np.zeros(yd.shape, np.int32)  # unused by Q4_1 / Q5_1 (SUB = 0)
+    # unread (Q4_1 and Q5_1 have SUB = 0); np.zeros would be a parallel region of its own here (numba makes the
+    # array expressions of a parallel function parfors): a second launch on every call
+    asum = np.empty(yd.shape, np.int32)
     q8_1_row(x, 0, qa, d16, yd, s16, ys)
     for c in prange(nt):
         _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, pf)
