@@ -33,8 +33,8 @@ CASES = {  # name: (H, Hkv, D, T, depth)
 def _base_modules(rev: str, into: Path):
     """fa_base (rev's kernels/flash_attn.py, importing attn_base = rev's kernels/attention.py)."""
     (into / "attn_base.py").write_text(file_at(rev, "kernels/attention.py"))
-    (into / "fa_base.py").write_text(file_at(rev, "kernels/flash_attn.py").replace("from kernels.attention import",
-                                                                          "from attn_base import"))
+    fa = file_at(rev, "kernels/flash_attn.py").replace("from kernels.attention import", "from attn_base import")
+    (into / "fa_base.py").write_text(fa)
     sys.path.insert(0, str(into))
     return importlib.import_module("fa_base")
 

@@ -29,8 +29,8 @@ def _base_modules(rev: str, into: Path):
                      ("from .", "from kernels.quants.")):
         gemv1 = gemv1.replace(old, new)
     (into / "gemv1_base.py").write_text(gemv1)
-    (into / "layer_base.py").write_text(file_at(rev, "kernels/layer.py").replace("from kernels.quants.gemv1 import",
-                                                                          "from gemv1_base import"))
+    layer = file_at(rev, "kernels/layer.py").replace("from kernels.quants.gemv1 import", "from gemv1_base import")
+    (into / "layer_base.py").write_text(layer)
     sys.path.insert(0, str(into))
     return importlib.import_module("layer_base")
 
