@@ -216,6 +216,30 @@ def test_expf16_is_the_c_library_expf():
 
 
 @needs_glibc
+def test_expf16_table_lookup_without_avx2(tmp_path):
+    """expf16's third table lookup (a load per lane, for CPUs with neither AVX512's vpermi2q nor AVX2's vpgatherqq;
+    this machine runs one of those two): compiled for a baseline x86-64 CPU in a subprocess with its own kernel
+    cache, it still gives the C library's expf on a sample of [-104, 0] and the rest."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent("""
+        from kernels._vec import HAS_AVX512, HAS_GATHER, _expf16_mismatches
+        assert not HAS_AVX512 and not HAS_GATHER
+        print(_expf16_mismatches(0x80000000, 0xC2D00001, 1009) + _expf16_mismatches(0xC2D00001, 0xFFFFFFFF + 1, 65537)
+              + _expf16_mismatches(0, 0x80000000, 65537))
+    """)
+    env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="+sse2", NUMBA_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[-1] == "0"
+
+
+@needs_glibc
 def test_online_soft_max16_is_the_scalar_loop():
     """16 cells at a time with a prefix scan of the running maximum: per visible cell the ms and vs of the scalar
     loop (`_soft_max_row`, ggml's order), and the maximum carried to the next block, with hidden cells, NaN, -inf
