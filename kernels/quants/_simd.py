@@ -5,8 +5,8 @@ which we must keep, defeats the vectoriser: a straightforward loop ran at ~0.6 G
 written with explicit 256-bit vectors that LLVM keeps in registers:
 
     types      V32I8 (<32 x i8>), V16I16, V8I32, V8F32
-    memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 (any C-contiguous array, byte offset,
-               unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load4f_x2, load16_lo, bcast4, store_rows8/4,
+    memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 / store32 (any C-contiguous array, byte offset,
+               unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
@@ -140,6 +140,7 @@ load8xf32 = _make_load(V8F32)   # 8 float32 (32 bytes)
 
 
 store8xf32 = _make_store(V8F32)  # 8 float32
+store32 = _make_store(V32I8)  # 32 bytes
 
 
 @intrinsic
@@ -477,20 +478,6 @@ def bcast4(typingctx, arr, offset):
         return builder.bitcast(_splat(builder, v, ir.VectorType(_i32, 8)), V32I8.llvm_type())
 
     return V32I8(arr, offset), codegen
-
-
-@intrinsic
-def load4f_x2(typingctx, arr, offset):
-    """4 float32 at byte offset, twice: <8 x float> (x0, x1, x2, x3, x0, x1, x2, x3) (vbroadcastf128)."""
-    if not (_is_array(arr) and isinstance(offset, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        v = builder.load(builder.bitcast(p, ir.VectorType(ir.FloatType(), 4).as_pointer()), align=1)
-        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 8), [0, 1, 2, 3, 0, 1, 2, 3]))
-
-    return V8F32(arr, offset), codegen
 
 
 def _make_store_rows(n_rows: int):

@@ -64,9 +64,9 @@ from .base import empty_aligned, run_repack
 from ._simd512 import (HAS_VNNI512, and64, bcast4z, cvt_f32z, dpbusd_z, fadd_z, ffma_z, fmul_z, lanef_z, load16_f16,
                        load16xf32, load64, or16_mask, splat32z, splat8z, splatfz, srl16x2, store16xf32, store64,
                        zero16f, zero16x32)
-from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load32, load4f_x2, load8_f16, load8x32, load8xf32, or8,
-                    prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store8xf32, store_rows4, store_rows8, load16_lo, xor8,
-                    sub32, zero32, zerof)
+from ._simd import (HAS_VNNI, and8, bcast4, cvt_f32, dpbssd_sign, dpbusd, dpbusd_u7, fadd, ffma, fmul, lanef, load16_lo,
+                    load32, load8_f16, load8xf32, or8, prefetch_span, q5_bits, splat32, splat8, splatf, srl16, store32,
+                    store8xf32, store_rows4, store_rows8, sub32, xor8, zero32, zerof)
 
 QK = 32
 
@@ -649,10 +649,10 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     g0 = r0 // G
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
-    if (MODE == LANES or MODE == LANES_M) and XG == 8 and QH >= 0:  # the Q5 formats (Q8_0, Q4_1: slower so)
-        gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out)
+    if (MODE == LANES or MODE == LANES_M) and not Q8:  # 4- and 5-bit x86 lane modes, 8-row groups
+        gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out)
         return
-    if MODE == LANES or MODE == LANES_M:  # x86 lane modes: 8 accumulators per row; the weights stay in L1 across tokens
+    if MODE == LANES or MODE == LANES_M:  # Q8_0 (nothing to decode): 8 accumulators per row, weights in L1
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
             for t in range(t0, t1):
                 x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, 0)
@@ -692,105 +692,102 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
                     out[t, n] = sums[gi, t - t0, r]
 
 
-@ijit
-def _init8(asum, t, b, SUB):
-    """vpdpbusd's starting lanes for token t, block b in the lane modes: -SUB * the sums of lanes 0..7."""
-    return load8x32(asum, t * asum.strides[0] + 32 * b) if SUB != 0 else zero32()
+# x86 lane modes, batches, 8-row groups (AVX2): as the 16-row items above, a tile decodes its groups once
+# into a buffer and runs its tokens over the decoded quants, one token at a time (a token's 8 accumulators
+# take half of the 16 ymm registers).
+
+@jit
+def decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx):
+    """Groups g0 .. g0+n_g-1 decoded for rows8_decoded: wq (>= n_g, nb*256) u8, group i's block b lane j at
+    [i, 256b + 32j) (_decode8); dx, mx (>= n_g, nb*8) float32, the rows' d and m of block b at [i, 8b)."""
+    m0f = splat8(15)
+    for i in range(n_g):
+        go = (g0 + i) * w.shape[1]
+        qo = i * wq.strides[0]
+        fo = i * dx.strides[0]
+        for b in range(nb):
+            o = go + b * GB
+            q0, q1, q2, q3, q4, q5, q6, q7 = _decode8(w, o, QH, QS, Q8, m0f)
+            store8xf32(dx, fo + 32 * b, load8_f16(w, o))
+            if HAS_M:
+                store8xf32(mx, fo + 32 * b, load8_f16(w, o + 16))
+            p = qo + 256 * b
+            store32(wq, p, q0)
+            store32(wq, p + 32, q1)
+            store32(wq, p + 64, q2)
+            store32(wq, p + 96, q3)
+            store32(wq, p + 128, q4)
+            store32(wq, p + 160, q5)
+            store32(wq, p + 192, q6)
+            store32(wq, p + 224, q7)
 
 
 @ijit
-def _lanes_fma(C, dx, dy, q, a, init):
-    """One block of one (row, token) in LANES order: C[j] = fma(dx * dy, (float)lane_j, C[j]); dx, dy: the
-    scales splat over 8 lanes (one vmulps; LLVM turns a product of two splats into mulss + broadcast)."""
-    return ffma(fmul(dx, dy), cvt_f32(dpbusd_u7(init, q, a)), C)
+def _lane_dec(wq, o, j, qa, oa, SUB, Q8, a4):
+    """_lane over decode_groups8's buffer: lane j of the block whose quants start at o."""
+    return cvt_f32(_dp(splat32(a4) if SUB != 0 else zero32(), load32(wq, o + 32 * j), bcast4(qa, oa + 4 * j), Q8))
 
 
-@ijit
-def _rows2_fma(C0, C1, dx0, dx1, q0, q1, qa, asum, yd, t, b, SUB):
-    """Block b of token t against the two rows of a pass (quants q0, q1, scales dx0, dx1 splat)."""
-    a = load32(qa, t * qa.shape[1] + QK * b)
-    i = _init8(asum, t, b, SUB)
-    dy = splatf(yd[t, b])
-    return _lanes_fma(C0, dx0, dy, q0, a, i), _lanes_fma(C1, dx1, dy, q1, a, i)
+@jit
+def rows8_decoded(wq, dx, mx, i, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
+    """rows8_x86 of token t over group i of decode_groups8's buffers: the same operations per lane."""
+    K = qa.shape[1]
+    A0 = zerof()
+    A1 = zerof()
+    A2 = zerof()
+    A3 = zerof()
+    A4 = zerof()
+    A5 = zerof()
+    A6 = zerof()
+    A7 = zerof()
+    summs = zerof()
+    qo = i * wq.strides[0]
+    fo = i * dx.strides[0]
+    for b in range(K // QK):
+        o = qo + 256 * b
+        oa = t * K + QK * b
+        a = 8 * b
+        d = fmul(load8xf32(dx, fo + 32 * b), splatf(yd[t, b]))
+        if HAS_M:
+            summs = ffma(load8xf32(mx, fo + 32 * b), splatf(ys[t, b]), summs)
+        A0 = ffma(d, _lane_dec(wq, o, 0, qa, oa, SUB, Q8, asum[t, a]), A0)
+        A1 = ffma(d, _lane_dec(wq, o, 1, qa, oa, SUB, Q8, asum[t, a + 1]), A1)
+        A2 = ffma(d, _lane_dec(wq, o, 2, qa, oa, SUB, Q8, asum[t, a + 2]), A2)
+        A3 = ffma(d, _lane_dec(wq, o, 3, qa, oa, SUB, Q8, asum[t, a + 3]), A3)
+        A4 = ffma(d, _lane_dec(wq, o, 4, qa, oa, SUB, Q8, asum[t, a + 4]), A4)
+        A5 = ffma(d, _lane_dec(wq, o, 5, qa, oa, SUB, Q8, asum[t, a + 5]), A5)
+        A6 = ffma(d, _lane_dec(wq, o, 6, qa, oa, SUB, Q8, asum[t, a + 6]), A6)
+        A7 = ffma(d, _lane_dec(wq, o, 7, qa, oa, SUB, Q8, asum[t, a + 7]), A7)
+    s = fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))  # hsum_float_8 (rows8_x86)
+    if HAS_M:
+        s = fadd(s, summs)
+    return s
 
 
-@ijit
-def _hsum8(v):
-    """hsum_float_8: (l4 + l0) + (l6 + l2), (l5 + l1) + (l7 + l3), then their sum."""
-    return (((lanef(v, 4) + lanef(v, 0)) + (lanef(v, 6) + lanef(v, 2)))
-            + ((lanef(v, 5) + lanef(v, 1)) + (lanef(v, 7) + lanef(v, 3))))
-
-
-@ijit
-def gemm_tile_rows(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
-    """gemm_tile for LANES / LANES_M in 8-row groups (AVX2), arranged as llama.cpp's tinyBLAS: the tile's rows are
-    decoded once into natural element order (wq: a row's 32-byte block is its 8 AVX lanes, store_rows8), then 2
-    rows x 4 tokens of 8-lane accumulators stay in registers over all blocks (and LANES_M's 8 summs chains in one
-    vector). Same float sequence per (row, token) as rows8_x86, without decoding the quants again per token."""
+@jit
+def gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out):
+    """gemm_tile in the x86 lane modes, 8-row groups: the tile's groups decoded once, then every token."""
     N = out.shape[1]
     T, K = qa.shape
     nb = K // QK
-    gb = w.shape[1]
     n_tt = (T + TOK_TILE - 1) // TOK_TILE
     r0 = (tile // n_tt) * ROW_TILE
     t0 = (tile % n_tt) * TOK_TILE
     t1 = min(T, t0 + TOK_TILE)
-    nr = min(N, r0 + ROW_TILE) - r0
-    ng = (nr + G - 1) // G
-    wq = np.empty((ng * G, K), np.uint8)  # (rows, K) unsigned quants in element order
-    wd = np.empty((ng * G, nb, 8), np.float32)  # (rows, blocks, 8) scales, each repeated over 8 lanes
-    wm = np.zeros((ng * G // 2 if HAS_M else 0, nb, 8), np.float32)  # (row pairs, blocks, 8) m: 4 x row n, 4 x n+1
-    ysT = np.zeros((nb if HAS_M else 0, TOK_TILE + 4), np.float32)  # (blocks, tokens of the tile) activation sums
-    if HAS_M:
+    g0 = r0 // G
+    n_g = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
+    wq = np.empty((ROW_TILE // G, nb * 256), np.uint8)
+    dx = np.empty((ROW_TILE // G, nb * 8), np.float32)
+    mx = np.empty((ROW_TILE // G, nb * 8), np.float32)
+    decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx)
+    for i in range(n_g):
         for t in range(t0, t1):
-            for b in range(nb):
-                ysT[b, t - t0] = ys[t, b]
-    m0f = splat8(15)
-    for gi in range(ng):
-        for b in range(nb):
-            o = (r0 // G + gi) * gb + b * GB
-            v0, v1, v2, v3, v4, v5, v6, v7 = _decode8(w, o, QH, QS, False, m0f)
-            store_rows8(wq, gi * G * K + QK * b, K, v0, v1, v2, v3, v4, v5, v6, v7)
-            d8 = load8_f16(w, o)
-            for r in range(G):
-                store8xf32(wd, ((gi * G + r) * nb + b) * 32, splatf(lanef(d8, r)))
-            if HAS_M:
-                m8 = load8_f16(w, o + 2 * G)
-                for r in range(G):
-                    for k in range(4):
-                        wm[(gi * G + r) // 2, b, 4 * (r % 2) + k] = lanef(m8, r)
-    for n in range(0, nr, 2):  # (wq has whole groups: row n + 1 exists)
-        t = t0
-        while t < t1:
-            nt = min(4, t1 - t)  # tokens t .. t+nt-1; the missing ones repeat token t (computed, not stored)
-            ta, tb, tc = t + min(1, nt - 1), t + min(2, nt - 1), t + min(3, nt - 1)
-            C00 = zerof()
-            C01 = zerof()
-            C02 = zerof()
-            C03 = zerof()
-            C10 = zerof()
-            C11 = zerof()
-            C12 = zerof()
-            C13 = zerof()
-            S = zerof()  # LANES_M: summs of (row n + r, token t + k) in lane 4r + k
-            for b in range(nb):
-                if HAS_M:
-                    S = ffma(load8xf32(wm, ((n // 2) * nb + b) * 32), load4f_x2(ysT, (b * ysT.shape[1] + t - t0) * 4), S)
-                q0 = load32(wq, n * K + QK * b)
-                q1 = load32(wq, (n + 1) * K + QK * b)
-                dx0 = load8xf32(wd, (n * nb + b) * 32)
-                dx1 = load8xf32(wd, ((n + 1) * nb + b) * 32)
-                C00, C10 = _rows2_fma(C00, C10, dx0, dx1, q0, q1, qa, asum, yd, t, b, SUB)
-                C01, C11 = _rows2_fma(C01, C11, dx0, dx1, q0, q1, qa, asum, yd, ta, b, SUB)
-                C02, C12 = _rows2_fma(C02, C12, dx0, dx1, q0, q1, qa, asum, yd, tb, b, SUB)
-                C03, C13 = _rows2_fma(C03, C13, dx0, dx1, q0, q1, qa, asum, yd, tc, b, SUB)
-            for k in range(nt):
-                C0 = C00 if k == 0 else C01 if k == 1 else C02 if k == 2 else C03
-                C1 = C10 if k == 0 else C11 if k == 1 else C12 if k == 2 else C13
-                out[t + k, r0 + n] = _hsum8(C0) + lanef(S, k) if HAS_M else _hsum8(C0)
-                if n + 1 < nr:
-                    out[t + k, r0 + n + 1] = _hsum8(C1) + lanef(S, 4 + k) if HAS_M else _hsum8(C1)
-            t += nt
+            s8 = rows8_decoded(wq, dx, mx, i, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
+            if 8 * (g0 + i) + 8 <= N:
+                store8xf32(out, t * out.strides[0] + 32 * (g0 + i), s8)
+            else:
+                for r in range(N - 8 * (g0 + i)):
+                    out[t, 8 * (g0 + i) + r] = lanef(s8, r)
 
 
 def pack(raw, BB, QS_RAW, QH_RAW, M_RAW, GB, QH, QS, Q8, R=G):

@@ -1,0 +1,106 @@
+"""The batch products of the 32-weight block formats at two builds in ONE process (issue #20): this tree's
+kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's own gemm wrapper
+(`_gemm`, or `_gemm_x86` where there is one) compiled against both and the two taking turns. On a noisy VM,
+separate processes differ by more than such a change; side by side they see the same machine.
+
+    python benchmarks/gemm_ab.py --base a05986e [--types Q4_1,Q5_0,Q5_1,Q8_0] [--shapes 576x1536,1536x576]
+                                 [--tokens 512] [--threads 2] [--rounds 15]
+
+The base's two files become q32_base / _simd_base in .cache/gemm_ab. Weights and activations are random, packed
+by this tree (the base must share its layout). Each build runs through the format's own _mm_fast (activation
+sums included). Prints GMAC/s (best round) of each and whether the two outputs are the same bits.
+"""
+
+from __future__ import annotations
+
+from _common import REPO, file_at  # first: the repository root on the import path
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+from kernels import config  # noqa: E402  (numba settings first)
+
+
+def _base_q32(rev: str):
+    """rev's kernels/quants/q32.py as module q32_base, on rev's _simd.py (_simd_base)."""
+    where = REPO / ".cache" / "gemm_ab"
+    where.mkdir(parents=True, exist_ok=True)
+    fix = (("from .. import", "from kernels import"), ("from ..", "from kernels."), ("from ._simd import", "from _simd_base import"),
+           ("from . import", "from kernels.quants import"), ("from .", "from kernels.quants."))
+    for name, path in (("_simd_base", "kernels/quants/_simd.py"), ("q32_base", "kernels/quants/q32.py")):
+        text = file_at(rev, path)
+        for old, new in fix:
+            text = text.replace(old, new)
+        (where / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(where))
+    return importlib.import_module("q32_base")
+
+
+def _gemm_against(fn, fmt_module, q32_module):
+    """The format module's gemm wrapper fn compiled with `q32` bound to q32_module (no cache: exec'd source)."""
+    import numba
+    src = textwrap.dedent(inspect.getsource(fn.py_func)).split("\n", 1)[1]  # without its @pjit line
+    scope = dict(vars(fmt_module), q32=q32_module)
+    exec(src, scope)
+    return numba.njit(parallel=True, fastmath=False)(scope[fn.__name__])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="git revision to compare with")
+    ap.add_argument("--types", default="Q4_1,Q5_0,Q5_1,Q8_0")
+    ap.add_argument("--shapes", default="576x1536,1536x576", help="K x N, comma-separated (SmolLM2's by default)")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+
+    from kernels.ggml_type import BLOCK_GEOMETRY, GGMLType
+    from kernels.matmul import Weight
+    from kernels.quants import q32
+    from kernels.quants.base import empty_aligned
+    from kernels.quants.vec_dot_type import quantize_activations
+    spec = importlib.util.spec_from_file_location("kernels_bench", REPO / "benchmarks" / "kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # its random_weight
+
+    config.set_num_threads(args.threads)
+    base = _base_q32(args.base)
+    rng = np.random.default_rng(0)
+    T = args.tokens
+    print(f"# {time.strftime('%H:%M', time.gmtime())} UTC, {T} tokens, {args.threads} threads, best of "
+          f"{args.rounds} rounds, GMAC/s: base {args.base} -> this tree")
+    for tname in args.types.split(","):
+        mod = importlib.import_module(f"kernels.quants.{tname.lower()}")
+        gemm_name = "_gemm_x86" if hasattr(mod, "_gemm_x86") else "_gemm"
+        own = getattr(mod, gemm_name)
+        builds = {"base": _gemm_against(own, mod, base), "this tree": _gemm_against(own, mod, q32)}
+        for K, N in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")):
+            w = Weight(GGMLType[tname], bench.random_weight(tname, K, N, rng).reshape(-1), K, N, tname)
+            assert BLOCK_GEOMETRY[w.ggml_type][0] == 32 and w.repacked, "a repacked 32-weight format"
+            a = quantize_activations(w.fmt.vec_dot_type, rng.standard_normal((T, K), dtype=np.float32))
+            outs = {name: empty_aligned((T, N), np.float32) for name in builds}
+            best = {name: float("inf") for name in builds}
+            for r in range(args.rounds + 1):
+                for name in (list(builds) if r % 2 else list(builds)[::-1]):
+                    setattr(mod, gemm_name, builds[name])  # what the format's _mm_fast calls for T > 1
+                    t0 = time.perf_counter()
+                    mod._mm_fast(w.packed, a, outs[name])
+                    if r:  # (round 0 compiles)
+                        best[name] = min(best[name], time.perf_counter() - t0)
+            setattr(mod, gemm_name, own)
+            g = {name: K * N * T / best[name] / 1e9 for name in builds}
+            same = np.array_equal(*(o.view(np.uint32) for o in outs.values()))
+            print(f"{tname:5} {K:5}x{N:<5} {g['base']:7.1f} -> {g['this tree']:7.1f}  "
+                  f"({best['base'] / best['this tree']:.2f}x)  {'same bits' if same else 'DIFFERENT bits'}")
+
+
+if __name__ == "__main__":
+    main()
