@@ -1,21 +1,19 @@
 """A decoded token at two builds of the single-token products in ONE process (issue #20): this tree's
-kernels/layer.py and kernels/quants/gemv1.py against the same two files of an older commit, the one-call token
-(kernels/layer.decode_layers_for) of each taking turns, 4 tokens at a time from the same state. On a noisy VM,
+kernels/layer.py, kernels/quants/gemv1.py, q32.py and _simd.py against the same files of an older commit, the
+one-call token (kernels/layer.decode_layers_for) of each taking turns, 4 tokens at a time from the same state. On a noisy VM,
 separate processes differ by more than such a change; side by side they see the same machine.
 
     python benchmarks/decode_ab.py --base 4ea709c [--model M] [--depth 200] [--rounds 40]
 
-The base's two files become the modules layer_base / gemv1_base in .cache/decode_ab (the rest of kernels/ is this
-tree's). Prints the median token of each and checks that the two gave the same logits.
+The base's files become the modules layer_base / gemv1_base / q32_base / _simd_base in .cache/decode_ab (the rest
+of kernels/ is this tree's). Prints the median token of each and checks that the two gave the same logits.
 """
 
 from __future__ import annotations
 
-from _common import REPO, file_at  # first: the repository root on the import path
+from _common import REPO, base_module, base_q32  # first: the repository root on the import path
 
 import argparse
-import importlib
-import sys
 import time
 from pathlib import Path
 
@@ -23,16 +21,13 @@ import numpy as np
 
 
 def _base_modules(rev: str, into: Path):
-    """layer_base (rev's kernels/layer.py, its products from gemv1_base = rev's kernels/quants/gemv1.py)."""
-    gemv1 = file_at(rev, "kernels/quants/gemv1.py")
-    for old, new in (("from ..", "from kernels."), ("from . import", "from kernels.quants import"),
-                     ("from .", "from kernels.quants.")):
-        gemv1 = gemv1.replace(old, new)
-    (into / "gemv1_base.py").write_text(gemv1)
-    layer = file_at(rev, "kernels/layer.py").replace("from kernels.quants.gemv1 import", "from gemv1_base import")
-    (into / "layer_base.py").write_text(layer)
-    sys.path.insert(0, str(into))
-    return importlib.import_module("layer_base")
+    """layer_base (rev's kernels/layer.py), its products from gemv1_base (rev's kernels/quants/gemv1.py) on
+    q32_base (rev's q32.py and _simd.py; the K-quant modules are this tree's)."""
+    base_q32(rev, into)
+    base_module(rev, "kernels/quants/gemv1.py", "gemv1_base", into,
+                [("from . import q32, q4_k, q6_k", "import q32_base as q32\nfrom kernels.quants import q4_k, q6_k")])
+    return base_module(rev, "kernels/layer.py", "layer_base", into,
+                       [("from kernels.quants.gemv1 import", "from gemv1_base import")])
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""The batch products of the 32-weight block formats at two builds in ONE process (issue #20): this tree's
+"""The products of the 32-weight block formats at two builds in ONE process (issue #20): this tree's
 kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's own gemm wrapper
-(`_gemm`, or `_gemm_x86` where there is one) compiled against both and the two taking turns. On a noisy VM,
+(`_gemm` and `_gemm_x86` where there is one; `_gemv` / `_gemv_x86` with --tokens 1) compiled against both and
+the two taking turns. On a noisy VM,
 separate processes differ by more than such a change; side by side they see the same machine.
 
     python benchmarks/gemm_ab.py --base a05986e [--types Q4_1,Q5_0,Q5_1,Q8_0] [--shapes 576x1536,1536x576]
@@ -13,34 +14,18 @@ sums included). Prints GMAC/s (best round) of each and whether the two outputs a
 
 from __future__ import annotations
 
-from _common import REPO, file_at  # first: the repository root on the import path
+from _common import REPO, base_q32  # first: the repository root on the import path
 
 import argparse
 import importlib
 import importlib.util
 import inspect
-import sys
 import textwrap
 import time
 
 import numpy as np
 
 from kernels import config  # noqa: E402  (numba settings first)
-
-
-def _base_q32(rev: str):
-    """rev's kernels/quants/q32.py as module q32_base, on rev's _simd.py (_simd_base)."""
-    where = REPO / ".cache" / "gemm_ab"
-    where.mkdir(parents=True, exist_ok=True)
-    fix = (("from .. import", "from kernels import"), ("from ..", "from kernels."), ("from ._simd import", "from _simd_base import"),
-           ("from . import", "from kernels.quants import"), ("from .", "from kernels.quants."))
-    for name, path in (("_simd_base", "kernels/quants/_simd.py"), ("q32_base", "kernels/quants/q32.py")):
-        text = file_at(rev, path)
-        for old, new in fix:
-            text = text.replace(old, new)
-        (where / f"{name}.py").write_text(text)
-    sys.path.insert(0, str(where))
-    return importlib.import_module("q32_base")
 
 
 def _gemm_against(fn, fmt_module, q32_module):
@@ -72,16 +57,17 @@ def main() -> None:
     spec.loader.exec_module(bench)  # its random_weight
 
     config.set_num_threads(args.threads)
-    base = _base_q32(args.base)
+    base = base_q32(args.base, REPO / ".cache" / "gemm_ab")
     rng = np.random.default_rng(0)
     T = args.tokens
     print(f"# {time.strftime('%H:%M', time.gmtime())} UTC, {T} tokens, {args.threads} threads, best of "
           f"{args.rounds} rounds, GMAC/s: base {args.base} -> this tree")
     for tname in args.types.split(","):
         mod = importlib.import_module(f"kernels.quants.{tname.lower()}")
-        gemm_name = "_gemm_x86" if hasattr(mod, "_gemm_x86") else "_gemm"
-        own = getattr(mod, gemm_name)
-        builds = {"base": _gemm_against(own, mod, base), "this tree": _gemm_against(own, mod, q32)}
+        kind = "_gemv" if T == 1 else "_gemm"
+        names = [n for n in (kind, kind + "_x86") if hasattr(mod, n)]  # the wrappers _mm_fast may call
+        own = {n: getattr(mod, n) for n in names}
+        builds = {b: {n: _gemm_against(own[n], mod, q) for n in names} for b, q in (("base", base), ("this tree", q32))}
         for K, N in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")):
             w = Weight(GGMLType[tname], bench.random_weight(tname, K, N, rng).reshape(-1), K, N, tname)
             assert BLOCK_GEOMETRY[w.ggml_type][0] == 32 and w.repacked, "a repacked 32-weight format"
@@ -90,12 +76,14 @@ def main() -> None:
             best = {name: float("inf") for name in builds}
             for r in range(args.rounds + 1):
                 for name in (list(builds) if r % 2 else list(builds)[::-1]):
-                    setattr(mod, gemm_name, builds[name])  # what the format's _mm_fast calls for T > 1
+                    for n, fn in builds[name].items():
+                        setattr(mod, n, fn)
                     t0 = time.perf_counter()
                     mod._mm_fast(w.packed, a, outs[name])
                     if r:  # (round 0 compiles)
                         best[name] = min(best[name], time.perf_counter() - t0)
-            setattr(mod, gemm_name, own)
+            for n, fn in own.items():
+                setattr(mod, n, fn)
             g = {name: K * N * T / best[name] / 1e9 for name in builds}
             same = np.array_equal(*(o.view(np.uint32) for o in outs.values()))
             print(f"{tname:5} {K:5}x{N:<5} {g['base']:7.1f} -> {g['this tree']:7.1f}  "

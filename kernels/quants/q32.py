@@ -582,11 +582,12 @@ def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, PF):
 @jit
 def gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF):
     """gemv_group in the x86 lane modes: x86_group for one token, prefetching PF bytes ahead block by block
-    (16-row groups) or the whole next group (8-row groups)."""
+    (16-row groups). 8-row groups (no AVX512-VNNI) use no software prefetch: on the 2-core Zen 3 (AVX2) the
+    whole-next-group prefetch made the one-stream gemv (the format modules' _gemv) slower, Q4_0 / Q4_1 / Q5_0 /
+    Q5_1 / Q8_0 1.06-1.49x the time, and a decoded token (gemv1's two streams) no faster (benchmarks/RESULTS.md)."""
     if XG == 16:  # one zmm per lane
         x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
         return
-    prefetch_span(w, (g + 1) * w.shape[1], w.shape[1])  # next group
     x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, 0)
 
 
@@ -594,10 +595,11 @@ def gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF):
 def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF):
     """Rows 8g .. 8g+7: w (ceil(N/8), nb*GB) repacked, qa (1, K) int8, yd/ys (1, K/32) f32, asum (1, K/32)
     int32 (K/4 in the x86 modes) -> out (1, N). Software prefetch (see _simd.prefetch_span): 16-row groups
-    prefetch PF bytes ahead block by block; 8-row groups the whole next group at once. Spread out, the
-    prefetches keep more lines in flight (benchmarks/kernels.py --no-gemm, 2 threads, 1536x151936, two runs
-    against the whole-group prefetch: Q5_0 14.4/16.8 -> 18.1/23.7 GB/s, Q4_1 15.0/22.7 -> 27.4/29.8, Q5_1
-    15.2/17.0 -> 19.7/22.5, Q8_0 19.2/21.5 -> 22.9/22.0; PF of 8, 16 and 32 KB tried, 16 KB kept)."""
+    prefetch PF bytes ahead block by block; 8-row groups the whole next group at once, on AVX512-VNNI machines
+    only (without, none: gemv_group_x86). Spread out, the prefetches keep more lines in flight
+    (benchmarks/kernels.py --no-gemm, 2 threads, 1536x151936, two runs against the whole-group prefetch: Q5_0
+    14.4/16.8 -> 18.1/23.7 GB/s, Q4_1 15.0/22.7 -> 27.4/29.8, Q5_1 15.2/17.0 -> 19.7/22.5, Q8_0 19.2/21.5 ->
+    22.9/22.0; PF of 8, 16 and 32 KB tried, 16 KB kept)."""
     N = out.shape[1]
     gb = w.shape[1]
     nb = qa.shape[1] // QK
@@ -605,7 +607,8 @@ def gemv_group(w, g, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out, PF
     if MODE == LANES or MODE == LANES_M:
         gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF)
         return
-    prefetch_span(w, (g + 1) * gb, gb)  # next group
+    if XG == 16:  # (AVX512-VNNI machines; without, see gemv_group_x86)
+        prefetch_span(w, (g + 1) * gb, gb)  # next group
     sumf = zerof()
     for b in range(nb):
         o = g * gb + b * GB
