@@ -9,8 +9,9 @@ KV head, and the KV cells go by in chunks of ROWS_CHUNK:
             by the `_mm512_reduce_add_ps` tree all at once            together (kernels/_vec.py fold8..fold1)
     soft-max: per (row, 16 cells), `online_soft_max16`                the running maximum by a prefix scan,
                                                                       one 16-lane glibc expf for ms or vs
-    VKQ: per token, its heads' F16 accumulators over its visible      twelve 16-lane chains in registers,
-         cells in order; S = fma(S, ms, vs) beside them               the accumulators kept across chunks
+    VKQ: per token, its heads' F16 accumulators over its visible      twelve 16-lane chains in registers (AVX2:
+         cells in order; S = fma(S, ms, vs) beside them               four, one head's 64 dimensions at a time),
+                                                                      the accumulators kept across chunks
 
 Per row every operation is the scalar kernel's, in its order: a score is the same 64-element FMA lanes and
 reduction tree (with D = 64, s0 + s2 is fused into one FMA: both are exact products of two F16 values, so the
@@ -140,7 +141,9 @@ def _make_vkq_slabs(enter, rescale, mad, leave):
     dimensions from d) of the accumulators acc (rows, D) F32 (F16 values) over the visible cells vis[:nv] of the
     chunk (V of chunk cell c at vsrc[v0 + c * vstride:][:D]; msv / vsv (rows, ROWS_CHUNK)), in cell order: twelve
     independent chains in registers; S[r] = fma(S[r], ms, vs) kept from a row's slab at dimension 0. A slab given
-    twice computes and stores the same values twice."""
+    twice computes and stores the same values twice. vkq_slab(vsrc, v0, vstride, D, vis, nv, r, d, msv, vsv, acc,
+    S): one slab the same way (without AVX-512: the three slabs' 24 ymm chains spilled; one slab at a time took
+    0.81-0.86x the time of the batch kernel at SmolLM2's shape, `python benchmarks/attention_rows.py`)."""
 
     @ijit
     def enter4(acc, o):
@@ -195,11 +198,28 @@ def _make_vkq_slabs(enter, rescale, mad, leave):
         if dc == 0:
             S[rc] = Sc
 
-    return vkq_slabs
+    @jit
+    def vkq_slab(vsrc, v0, vstride, D, vis, nv, ra, da, msv, vsv, acc, S):
+        a0, a1, a2, a3 = enter4(acc, ra * D + da)
+        Sa = S[ra]
+        one = np.float32(1.0)
+        for i in range(nv):
+            c = vis[i]
+            ma = msv[ra, c]
+            va = vsv[ra, c]
+            Sa = fma_f32(Sa, ma, va)
+            if ma != one:
+                a0, a1, a2, a3 = rescale4(a0, a1, a2, a3, ma)
+            a0, a1, a2, a3 = mad4(vsrc, v0 + c * vstride + da, va, a0, a1, a2, a3)
+        leave4(acc, ra * D + da, a0, a1, a2, a3)
+        if da == 0:
+            S[ra] = Sa
+
+    return vkq_slabs, vkq_slab
 
 
-_vkq_slabs32 = _make_vkq_slabs(_enter32, _rescale32, _mad32, _leave32)
-_vkq_slabs16 = _make_vkq_slabs(_enter16, _rescale16, _mad16, _leave16)
+_vkq_slabs32, _vkq_slab32 = _make_vkq_slabs(_enter32, _rescale32, _mad32, _leave32)
+_vkq_slabs16, _ = _make_vkq_slabs(_enter16, _rescale16, _mad16, _leave16)
 
 
 @jit
@@ -281,6 +301,11 @@ def _tile(q, k16, v16, n_kv, kv_pos, q_pos, scale, g, t0, t1, qv, kb, vb, vm, vi
                 per = na if arith else D // 64 - na  # slabs a row of this kind, from slab s0
                 s0 = 0 if arith else na
                 n_slabs = gqa * per
+                if not HAS_AVX512:  # one slab at a time: its 4 chains are 8 of the 16 ymm registers (three spilled)
+                    for k in range(n_slabs):
+                        _vkq_slab32(vb, 0, D, D, vis[i], nvis[i], i * gqa + k // per, 64 * (s0 + k % per), msv, vsv,
+                                    acc, S)
+                    continue
                 for k in range(0, n_slabs, 3):  # three slabs at a time; a short last group repeats its last slab
                     ka, kb_, kc = k, min(k + 1, n_slabs - 1), min(k + 2, n_slabs - 1)
                     ra, rb, rc = i * gqa + ka // per, i * gqa + kb_ // per, i * gqa + kc // per
