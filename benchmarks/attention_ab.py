@@ -4,18 +4,17 @@ noisy VM, separate processes differ by more than a kernel change; side by side t
 
     python benchmarks/attention_ab.py --base 8206d73 [--cases smol,smol_d,q15,q15_d,smol1,q151] [--cold]
 
-The base commit's kernels/flash_attn.py and kernels/attention.py are written to a temporary directory as the
-modules fa_base / attn_base (the rest of kernels/ is this tree's). Cases (heads, KV heads, head dim, tokens,
+The base commit's kernels/flash_attn.py, flash_attn_rows.py and attention.py are written to a temporary directory as
+the modules fa_base / fa_rows_base / attn_base (the rest of kernels/ is this tree's). Cases (heads, KV heads, head dim, tokens,
 cells already in the cache): SmolLM2 9/3/64 and Qwen2.5-1.5B 12/2/128, a 512-token prompt at depth 0 and
 2048, and one token at depth 700. Prints ms per call and whether the two builds gave the same bits.
 """
 
 from __future__ import annotations
 
-from _common import file_at  # first: the repository root on the import path
+from _common import base_module  # first: the repository root on the import path
 
 import argparse
-import importlib
 import sys
 import tempfile
 import time
@@ -31,12 +30,13 @@ CASES = {  # name: (H, Hkv, D, T, depth)
 
 
 def _base_modules(rev: str, into: Path):
-    """fa_base (rev's kernels/flash_attn.py, importing attn_base = rev's kernels/attention.py)."""
-    (into / "attn_base.py").write_text(file_at(rev, "kernels/attention.py"))
-    fa = file_at(rev, "kernels/flash_attn.py").replace("from kernels.attention import", "from attn_base import")
-    (into / "fa_base.py").write_text(fa)
-    sys.path.insert(0, str(into))
-    return importlib.import_module("fa_base")
+    """fa_base (rev's kernels/flash_attn.py, importing fa_rows_base = rev's kernels/flash_attn_rows.py and attn_base
+    = rev's kernels/attention.py)."""
+    to_attn = ("from kernels.attention import", "from attn_base import")
+    base_module(rev, "kernels/attention.py", "attn_base", into)
+    base_module(rev, "kernels/flash_attn_rows.py", "fa_rows_base", into, [to_attn])
+    return base_module(rev, "kernels/flash_attn.py", "fa_base", into,
+                       [to_attn, ("from kernels.flash_attn_rows import", "from fa_rows_base import")])
 
 
 def main() -> None:
