@@ -142,8 +142,8 @@ def _make_vkq_slabs(enter, rescale, mad, leave):
     chunk (V of chunk cell c at vsrc[v0 + c * vstride:][:D]; msv / vsv (rows, ROWS_CHUNK)), in cell order: twelve
     independent chains in registers; S[r] = fma(S[r], ms, vs) kept from a row's slab at dimension 0. A slab given
     twice computes and stores the same values twice. vkq_slab(vsrc, v0, vstride, D, vis, nv, r, d, msv, vsv, acc,
-    S): one slab the same way (without AVX-512: the three slabs' 24 ymm chains spilled; one slab at a time took
-    0.81-0.86x the time of the batch kernel at SmolLM2's shape, `python benchmarks/attention_rows.py`)."""
+    S): one slab the same way (without AVX-512, where the three slabs' 24 ymm chains spilled: the kernel then took
+    0.82-0.92x the time at SmolLM2's shape, `python benchmarks/attention_ab.py --base 21b5246`)."""
 
     @ijit
     def enter4(acc, o):
