@@ -44,9 +44,10 @@ ROWS_MIN = 2  # batches of at least this many tokens take this kernel (one token
 
 
 def rows_kernel_applies(T: int, D: int) -> bool:
-    """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: a head dimension of a
-    multiple of 64 (AVX512) or of 64 (AVX2: at 128 it is no faster than the rows one at a time, whose chains fit
-    the 16 ymm registers; `python benchmarks/attention_rows.py`), and a C library whose expf expf16 reproduces."""
+    """Whether flash_attn_ext's one-row path runs a batch of T rows of head dimension D here: a head dimension that
+    is a multiple of 64 (AVX512) or exactly 64 (AVX2: at 128 it took 0.83-0.99x the time of the rows one at a time,
+    too little to switch; `python benchmarks/attention_rows.py --cases q15,q15_d`), and a C library whose expf
+    expf16 reproduces."""
     return T >= ROWS_MIN and (D % 64 == 0 if HAS_AVX512 else D == 64) and expf16_matches_libm()
 
 

@@ -273,11 +273,15 @@ def rows8_x86(w, go, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, m0f):
         A5 = ffma(d, cvt_f32(_lane(w, o, 5, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 5], m0f)), A5)
         A6 = ffma(d, cvt_f32(_lane(w, o, 6, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 6], m0f)), A6)
         A7 = ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, h, QH, QS, Q8, SUB, asum[t, a + 7], m0f)), A7)
-    # hsum_float_8: (a4 + a0) + (a6 + a2), (a5 + a1) + (a7 + a3), then their sum
-    s = fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))
-    if HAS_M:
-        s = fadd(s, summs)
-    return s
+    return _hsum8((A0, A1, A2, A3, A4, A5, A6, A7), summs, HAS_M)
+
+
+@ijit
+def _hsum8(A, summs, HAS_M):
+    """hsum_float_8 lane-wise over the 8 rows: (a4 + a0) + (a6 + a2), (a5 + a1) + (a7 + a3), their sum (+ summs
+    for the formats with a minimum)."""
+    s = fadd(fadd(fadd(A[4], A[0]), fadd(A[6], A[2])), fadd(fadd(A[5], A[1]), fadd(A[7], A[3])))
+    return fadd(s, summs) if HAS_M else s
 
 
 @ijit
@@ -583,8 +587,9 @@ def x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, t, yd, ys, asum, out, PF):
 def gemv_group_x86(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out, PF):
     """gemv_group in the x86 lane modes: x86_group for one token, prefetching PF bytes ahead block by block
     (16-row groups). 8-row groups (no AVX512-VNNI) use no software prefetch: on the 2-core Zen 3 (AVX2) the
-    whole-next-group prefetch made the one-stream gemv (the format modules' _gemv) slower, Q4_0 / Q4_1 / Q5_0 /
-    Q5_1 / Q8_0 1.06-1.49x the time, and a decoded token (gemv1's two streams) no faster (benchmarks/RESULTS.md)."""
+    one-stream gemv (the format modules' _gemv) of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 ran 1.07-1.57x faster without
+    the whole-next-group prefetch (`python benchmarks/gemm_ab.py --base 4301a34 --tokens 1`), a decoded token
+    (gemv1's two streams) the same (benchmarks/RESULTS.md)."""
     if XG == 16:  # one zmm per lane
         x86_group(w, g, GB, QH, QS, HAS_M, SUB, Q8, qa, 0, yd, ys, asum, out, PF)
         return
@@ -653,7 +658,7 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
     n_groups = (min(N, r0 + ROW_TILE) - r0 + G - 1) // G
     m0f = splat8(15)
     if (MODE == LANES or MODE == LANES_M) and not Q8:  # 4- and 5-bit x86 lane modes, 8-row groups
-        gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out)
+        gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out)
         return
     if MODE == LANES or MODE == LANES_M:  # Q8_0 (nothing to decode): 8 accumulators per row, weights in L1
         for g in range(r0 // XG, (min(N, r0 + ROW_TILE) + XG - 1) // XG):
@@ -700,9 +705,10 @@ def gemm_tile(w, tile, GB, QH, QS, HAS_M, SUB, MODE, Q8, qa, yd, ys, asum, out):
 # take half of the 16 ymm registers).
 
 @jit
-def decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx):
-    """Groups g0 .. g0+n_g-1 decoded for rows8_decoded: wq (>= n_g, nb*256) u8, group i's block b lane j at
-    [i, 256b + 32j) (_decode8); dx, mx (>= n_g, nb*8) float32, the rows' d and m of block b at [i, 8b)."""
+def decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, nb, wq, dx, mx):
+    """Groups g0 .. g0+n_g-1 of a 4- or 5-bit format decoded for rows8_decoded: wq (>= n_g, nb*256) u8, group i's
+    block b lane j at [i, 256b + 32j) (_decode8); dx, mx (>= n_g, nb*8) float32, the rows' d and m of block b at
+    [i, 8b)."""
     m0f = splat8(15)
     for i in range(n_g):
         go = (g0 + i) * w.shape[1]
@@ -710,7 +716,7 @@ def decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx):
         fo = i * dx.strides[0]
         for b in range(nb):
             o = go + b * GB
-            q0, q1, q2, q3, q4, q5, q6, q7 = _decode8(w, o, QH, QS, Q8, m0f)
+            q0, q1, q2, q3, q4, q5, q6, q7 = _decode8(w, o, QH, QS, False, m0f)
             store8xf32(dx, fo + 32 * b, load8_f16(w, o))
             if HAS_M:
                 store8xf32(mx, fo + 32 * b, load8_f16(w, o + 16))
@@ -726,13 +732,13 @@ def decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx):
 
 
 @ijit
-def _lane_dec(wq, o, j, qa, oa, SUB, Q8, a4):
+def _lane_dec(wq, o, j, qa, oa, SUB, a4):
     """_lane over decode_groups8's buffer: lane j of the block whose quants start at o."""
-    return cvt_f32(_dp(splat32(a4) if SUB != 0 else zero32(), load32(wq, o + 32 * j), bcast4(qa, oa + 4 * j), Q8))
+    return cvt_f32(dpbusd_u7(splat32(a4) if SUB != 0 else zero32(), load32(wq, o + 32 * j), bcast4(qa, oa + 4 * j)))
 
 
 @jit
-def rows8_decoded(wq, dx, mx, i, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
+def rows8_decoded(wq, dx, mx, i, HAS_M, SUB, qa, t, yd, ys, asum):
     """rows8_x86 of token t over group i of decode_groups8's buffers: the same operations per lane."""
     K = qa.shape[1]
     A0 = zerof()
@@ -753,23 +759,21 @@ def rows8_decoded(wq, dx, mx, i, HAS_M, SUB, Q8, qa, t, yd, ys, asum):
         d = fmul(load8xf32(dx, fo + 32 * b), splatf(yd[t, b]))
         if HAS_M:
             summs = ffma(load8xf32(mx, fo + 32 * b), splatf(ys[t, b]), summs)
-        A0 = ffma(d, _lane_dec(wq, o, 0, qa, oa, SUB, Q8, asum[t, a]), A0)
-        A1 = ffma(d, _lane_dec(wq, o, 1, qa, oa, SUB, Q8, asum[t, a + 1]), A1)
-        A2 = ffma(d, _lane_dec(wq, o, 2, qa, oa, SUB, Q8, asum[t, a + 2]), A2)
-        A3 = ffma(d, _lane_dec(wq, o, 3, qa, oa, SUB, Q8, asum[t, a + 3]), A3)
-        A4 = ffma(d, _lane_dec(wq, o, 4, qa, oa, SUB, Q8, asum[t, a + 4]), A4)
-        A5 = ffma(d, _lane_dec(wq, o, 5, qa, oa, SUB, Q8, asum[t, a + 5]), A5)
-        A6 = ffma(d, _lane_dec(wq, o, 6, qa, oa, SUB, Q8, asum[t, a + 6]), A6)
-        A7 = ffma(d, _lane_dec(wq, o, 7, qa, oa, SUB, Q8, asum[t, a + 7]), A7)
-    s = fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))  # hsum_float_8 (rows8_x86)
-    if HAS_M:
-        s = fadd(s, summs)
-    return s
+        A0 = ffma(d, _lane_dec(wq, o, 0, qa, oa, SUB, asum[t, a]), A0)
+        A1 = ffma(d, _lane_dec(wq, o, 1, qa, oa, SUB, asum[t, a + 1]), A1)
+        A2 = ffma(d, _lane_dec(wq, o, 2, qa, oa, SUB, asum[t, a + 2]), A2)
+        A3 = ffma(d, _lane_dec(wq, o, 3, qa, oa, SUB, asum[t, a + 3]), A3)
+        A4 = ffma(d, _lane_dec(wq, o, 4, qa, oa, SUB, asum[t, a + 4]), A4)
+        A5 = ffma(d, _lane_dec(wq, o, 5, qa, oa, SUB, asum[t, a + 5]), A5)
+        A6 = ffma(d, _lane_dec(wq, o, 6, qa, oa, SUB, asum[t, a + 6]), A6)
+        A7 = ffma(d, _lane_dec(wq, o, 7, qa, oa, SUB, asum[t, a + 7]), A7)
+    return _hsum8((A0, A1, A2, A3, A4, A5, A6, A7), summs, HAS_M)
 
 
 @jit
-def gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out):
-    """gemm_tile in the x86 lane modes, 8-row groups: the tile's groups decoded once, then every token."""
+def gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, qa, yd, ys, asum, out):
+    """gemm_tile in the x86 lane modes of the 4- and 5-bit formats, 8-row groups: the tile's groups decoded once,
+    then every token."""
     N = out.shape[1]
     T, K = qa.shape
     nb = K // QK
@@ -782,10 +786,10 @@ def gemm_tile8(w, tile, GB, QH, QS, HAS_M, SUB, Q8, qa, yd, ys, asum, out):
     wq = np.empty((ROW_TILE // G, nb * 256), np.uint8)
     dx = np.empty((ROW_TILE // G, nb * 8), np.float32)
     mx = np.empty((ROW_TILE // G, nb * 8), np.float32)
-    decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, Q8, nb, wq, dx, mx)
+    decode_groups8(w, g0, n_g, GB, QH, QS, HAS_M, nb, wq, dx, mx)
     for i in range(n_g):
         for t in range(t0, t1):
-            s8 = rows8_decoded(wq, dx, mx, i, HAS_M, SUB, Q8, qa, t, yd, ys, asum)
+            s8 = rows8_decoded(wq, dx, mx, i, HAS_M, SUB, qa, t, yd, ys, asum)
             if 8 * (g0 + i) + 8 <= N:
                 store8xf32(out, t * out.strides[0] + 32 * (g0 + i), s8)
             else:
