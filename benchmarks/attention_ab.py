@@ -3,11 +3,13 @@ tree's kernels/flash_attn.py against the same file of an older commit, alternati
 noisy VM, separate processes differ by more than a kernel change; side by side they see the same machine.
 
     python benchmarks/attention_ab.py --base 8206d73 [--cases smol,smol_d,q15,q15_d,smol1,q151] [--cold]
+                                      [--rows-kernel]
 
 The base commit's kernels/flash_attn.py, flash_attn_rows.py and attention.py are written to a temporary directory as
 the modules fa_base / fa_rows_base / attn_base (the rest of kernels/ is this tree's). Cases (heads, KV heads, head dim, tokens,
 cells already in the cache): SmolLM2 9/3/64 and Qwen2.5-1.5B 12/2/128, a 512-token prompt at depth 0 and
-2048, and one token at depth 700. Prints ms per call and whether the two builds gave the same bits.
+2048, and one token at depth 700. Prints ms per call and whether the two builds gave the same bits. --rows-kernel:
+a prompt's rows by the batch kernel (flash_attn_rows.one_row_tiles) even where flash_attn_ext would not take it.
 """
 
 from __future__ import annotations
@@ -44,16 +46,19 @@ def main() -> None:
     ap.add_argument("--base", required=True, help="git revision to compare with")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows-kernel", action="store_true", help="call flash_attn_rows.one_row_tiles directly")
     ap.add_argument("--cold", action="store_true", help="evict the caches (read 64 MB) before every call, as "
                     "in decoding, where a layer's weights stream between two attention calls")
     args = ap.parse_args()
     evict = np.ones(64 << 20, np.uint8)
 
     from kernels import flash_attn as head
+    from kernels import flash_attn_rows as head_rows
     from kernels.order import Order
 
     with tempfile.TemporaryDirectory() as tmp:
         base = _base_modules(args.base, Path(tmp))
+        rows = {base: sys.modules["fa_rows_base"], head: head_rows}
         rng = np.random.default_rng(0)
         print(f"# {' '.join(sys.argv)}, {time.strftime('%H:%M', time.gmtime())} UTC, ms per call (best of N)")
         for name in args.cases.split(","):
@@ -71,7 +76,10 @@ def main() -> None:
                     if args.cold:
                         evict.sum()
                     t0 = time.perf_counter()
-                    m.flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, 0.125, out, Order.SINGLE, args.threads)
+                    if args.rows_kernel and T > 1:
+                        rows[m].one_row_tiles(q, k16, v16, n_kv, kv_pos, q_pos, np.float32(0.125), out, args.threads)
+                    else:
+                        m.flash_attn_ext(q, k16, v16, n_kv, kv_pos, q_pos, 0.125, out, Order.SINGLE, args.threads)
                     best[m] = min(best[m], time.perf_counter() - t0)
             same = np.array_equal(outs[base].view(np.uint32), outs[head].view(np.uint32))
             print(f"{name:7s} H/Hkv/D {H}/{G}/{D} T {T} depth {depth}: base {best[base] * 1e3:8.3f}  "

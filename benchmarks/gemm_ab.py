@@ -1,20 +1,21 @@
-"""The products of the 32-weight block formats at two builds in ONE process (issue #20): this tree's
-kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's own gemm wrapper
-(`_gemm` and `_gemm_x86` where there is one; `_gemv` / `_gemv_x86` with --tokens 1) compiled against both and
-the two taking turns. On a noisy VM,
-separate processes differ by more than such a change; side by side they see the same machine.
+"""The products of the block formats at two builds in ONE process (issue #20), the two taking turns. The 32-weight
+formats: this tree's kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's
+own gemm wrapper (`_gemm` and `_gemm_x86` where there is one; `_gemv` / `_gemv_x86` with --tokens 1) compiled
+against both. The 256-weight (K-quant) formats: the format's module of each build (kernels/quants/q6_k.py ...,
+the base's as q6_k_base; the rest, _simd.py among it, this tree's). On a noisy VM, separate processes differ by
+more than such a change; side by side they see the same machine.
 
     python benchmarks/gemm_ab.py --base a05986e [--types Q4_1,Q5_0,Q5_1,Q8_0] [--shapes 576x1536,1536x576]
                                  [--tokens 512] [--threads 2] [--rounds 15]
 
-The base's two files become q32_base / _simd_base in .cache/gemm_ab. Weights and activations are random, packed
+The base's files become q32_base / _simd_base (or q6_k_base ...) in .cache/gemm_ab. Weights and activations are random, packed
 by this tree (the base must share its layout). Each build runs through the format's own _mm_fast (activation
 sums included). Prints GMAC/s (best round) of each and whether the two outputs are the same bits.
 """
 
 from __future__ import annotations
 
-from _common import REPO, base_q32  # first: the repository root on the import path
+from _common import REPO, base_module, base_q32  # first: the repository root on the import path
 
 import argparse
 import importlib
@@ -57,20 +58,29 @@ def main() -> None:
     spec.loader.exec_module(bench)  # its random_weight
 
     config.set_num_threads(args.threads)
-    base = base_q32(args.base, REPO / ".cache" / "gemm_ab")
+    where = REPO / ".cache" / "gemm_ab"
+    base = base_q32(args.base, where)
     rng = np.random.default_rng(0)
     T = args.tokens
     print(f"# {time.strftime('%H:%M', time.gmtime())} UTC, {T} tokens, {args.threads} threads, best of "
           f"{args.rounds} rounds, GMAC/s: base {args.base} -> this tree")
     for tname in args.types.split(","):
         mod = importlib.import_module(f"kernels.quants.{tname.lower()}")
-        kind = "_gemv" if T == 1 else "_gemm"
-        names = [n for n in (kind, kind + "_x86") if hasattr(mod, n)]  # the wrappers _mm_fast may call
-        own = {n: getattr(mod, n) for n in names}
-        builds = {b: {n: _gemm_against(own[n], mod, q) for n in names} for b, q in (("base", base), ("this tree", q32))}
+        if BLOCK_GEOMETRY[GGMLType[tname]][0] == 32:
+            kind = "_gemv" if T == 1 else "_gemm"
+            names = [n for n in (kind, kind + "_x86") if hasattr(mod, n)]  # the wrappers _mm_fast may call
+            own = {n: getattr(mod, n) for n in names}
+            builds = {b: {n: _gemm_against(own[n], mod, q) for n in names}
+                      for b, q in (("base", base), ("this tree", q32))}
+            calls = {name: mod._mm_fast for name in builds}
+        else:  # the base's module, not registered as the type's format (this tree's stays)
+            own, builds = {}, {"base": {}, "this tree": {}}
+            old = base_module(args.base, f"kernels/quants/{tname.lower()}.py", f"{tname.lower()}_base", where,
+                              [("FORMAT = register(", "FORMAT = (")])
+            calls = {"base": old._mm_fast, "this tree": mod._mm_fast}
         for K, N in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")):
             w = Weight(GGMLType[tname], bench.random_weight(tname, K, N, rng).reshape(-1), K, N, tname)
-            assert BLOCK_GEOMETRY[w.ggml_type][0] == 32 and w.repacked, "a repacked 32-weight format"
+            assert BLOCK_GEOMETRY[w.ggml_type][0] != 32 or w.repacked, "a repacked 32-weight format"
             a = quantize_activations(w.fmt.vec_dot_type, rng.standard_normal((T, K), dtype=np.float32))
             outs = {name: empty_aligned((T, N), np.float32) for name in builds}
             best = {name: float("inf") for name in builds}
@@ -79,7 +89,7 @@ def main() -> None:
                     for n, fn in builds[name].items():
                         setattr(mod, n, fn)
                     t0 = time.perf_counter()
-                    mod._mm_fast(w.packed, a, outs[name])
+                    calls[name](w.packed, a, outs[name])
                     if r:  # (round 0 compiles)
                         best[name] = min(best[name], time.perf_counter() - t0)
             for n, fn in own.items():

@@ -33,9 +33,9 @@ from ._bits import f16_to_f32, read_u16
 from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
                        hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32,
                        zero16x32)
-from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8xf32,
-                    maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf,
-                    srl16, store8xf32, sub16, zero16, zero32, zerof)
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8x32,
+                    load8xf32, maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf,
+                    srl16, store8x32, store8xf32, sub16, zero16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q6_K][1]  # 210
@@ -135,6 +135,41 @@ def _gemv(w, qs, bsums, yd, out):
         out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
 
 
+@jit
+def _decode_half(w, n, b, H, m0f, m03):
+    """_decode's chunks 4H .. 4H+3 (H = 0, 1 a literal of the caller) of super-block b of row n: their unsigned
+    quants and scale pairs; and the offset term -32 * scales (used with half 0)."""
+    o = n * w.shape[1] + b * BLOCK_BYTES
+    qa = load32(w, o + 64 * H)
+    qb = load32(w, o + 64 * H + 32)
+    qh = load32(w, o + 128 + 32 * H)
+    q = (or8(and8(qa, m0f), sll16(and8(qh, m03), 4)),
+         or8(and8(qb, m0f), sll16(and8(srl16(qh, 2), m03), 4)),
+         or8(and8(srl16(qa, 4), m0f), sll16(and8(srl16(qh, 4), m03), 4)),
+         or8(and8(srl16(qb, 4), m0f), sll16(and8(srl16(qh, 6), m03), 4)))
+    s16 = load16_i8_as_i16(w, o + 192)
+    if H == 0:
+        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
+    else:
+        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
+    return q, sc, sub16(zero16(), sll16i(s16, 5))
+
+
+@jit
+def _lanes_half(q, sc, nsc32, qs, bsums, t, b, H):
+    """_lanes' integer terms of chunks 4H .. 4H+3, with the offset term in half 0: the two halves' sums add up
+    to _lanes (integer lanes: any grouping gives the same sums)."""
+    K = qs.shape[1]
+    oa = t * K + b * QK_K + 128 * H
+    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
+    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    if H == 0:
+        v0 = dpwssd(v0, load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
+    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    return add32(v0, v1)
+
+
 ROW_TILE = 16
 TOK_TILE = 32
 
@@ -143,28 +178,34 @@ TOK_TILE = 32
 def _gemm(w, qs, bsums, yd, out, TILED=False):
     """AVX2: ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens,
     whose 8 float accumulators per (row, token) live in `acc`; per (row, token) the float sequence of
-    row_dot_x86. TILED: llama.cpp's tiled order (kquants.TILED_MIN_BATCH) instead, one accumulator (lane 0)
-    per (row, token): acc = fma((float)s1 * x.d, y.d, acc) with s1 the lanes' integer total."""
+    row_dot_x86. A block's 8 chunks go by in two halves of 4 (the first half's integer lanes kept per token in
+    `part`): all 8 chunks' quants and scales (17 ymm) did not fit the 16 registers. TILED: llama.cpp's tiled
+    order (kquants.TILED_MIN_BATCH) instead, one accumulator (lane 0) per (row, token): acc = fma((float)s1 *
+    x.d, y.d, acc) with s1 the lanes' integer total."""
     N, T, nb = w.shape[0], qs.shape[0], yd.shape[1]
     n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
     for tile in prange(n_tiles):
         r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
         acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        part = np.empty((TOK_TILE, 8), np.int32)  # (token, lane) the first half's sums of the current row
         m0f = splat8(15)
         m03 = splat8(3)
         for b in range(nb):
             for n in range(r0, r1):
-                q, sc, nsc32 = _decode(w, n, b, m0f, m03)
+                q, sc, nsc32 = _decode_half(w, n, b, 0, m0f, m03)
+                for t in range(t0, t1):
+                    store8x32(part, 32 * (t - t0), _lanes_half(q, sc, nsc32, qs, bsums, t, b, 0))
+                q, sc, nsc32 = _decode_half(w, n, b, 1, m0f, m03)
                 dx = f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208))
                 for t in range(t0, t1):
+                    lanes = add32(load8x32(part, 32 * (t - t0)), _lanes_half(q, sc, nsc32, qs, bsums, t, b, 1))
                     if TILED:
-                        r = np.float32(np.float32(hsum32(_lanes(q, sc, nsc32, qs, bsums, t, b))) * dx)
+                        r = np.float32(np.float32(hsum32(lanes)) * dx)
                         acc[n - r0, t - t0, 0] = fma_f32(r, yd[t, b], acc[n - r0, t - t0, 0])
                         continue
                     so = 32 * ((n - r0) * TOK_TILE + t - t0)
                     d = np.float32(yd[t, b] * dx)
-                    v = cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b))
-                    store8xf32(acc, so, ffma(splatf(d), v, load8xf32(acc, so)))
+                    store8xf32(acc, so, ffma(splatf(d), cvt_f32(lanes), load8xf32(acc, so)))
         for n in range(r0, r1):
             for t in range(t0, t1):
                 if TILED:
