@@ -2,7 +2,8 @@
 formats: this tree's kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's
 own gemm wrapper (`_gemm` and `_gemm_x86` where there is one; `_gemv` / `_gemv_x86` with --tokens 1) compiled
 against both. The 256-weight (K-quant) formats: the format's module of each build (kernels/quants/q6_k.py ...,
-the base's as q6_k_base; the rest, _simd.py among it, this tree's). On a noisy VM, separate processes differ by
+the base's as q6_k_base, with Q4_K's q4_k_gemm256.py; the rest, _simd.py among it, this tree's), through the
+format's gemm (or gemv). On a noisy VM, separate processes differ by
 more than such a change; side by side they see the same machine.
 
     python benchmarks/gemm_ab.py --base a05986e [--types Q4_1,Q5_0,Q5_1,Q8_0] [--shapes 576x1536,1536x576]
@@ -73,11 +74,16 @@ def main() -> None:
             builds = {b: {n: _gemm_against(own[n], mod, q) for n in names}
                       for b, q in (("base", base), ("this tree", q32))}
             calls = {name: mod._mm_fast for name in builds}
-        else:  # the base's module, not registered as the type's format (this tree's stays)
+        else:  # the base's module (and Q4_K's gemm256 module), not registered as the type's format
             own, builds = {}, {"base": {}, "this tree": {}}
+            renames = [("FORMAT = register(", "FORMAT = (")]
+            if tname == "Q4_K":
+                base_module(args.base, "kernels/quants/q4_k_gemm256.py", "q4_k_gemm256_base", where)
+                renames.append(("from . import q4_k_gemm256", "import q4_k_gemm256_base as q4_k_gemm256"))
             old = base_module(args.base, f"kernels/quants/{tname.lower()}.py", f"{tname.lower()}_base", where,
-                              [("FORMAT = register(", "FORMAT = (")])
-            calls = {"base": old._mm_fast, "this tree": mod._mm_fast}
+                              renames)
+            kind = "gemv" if T == 1 else "gemm"
+            calls = {"base": getattr(old.FORMAT, kind), "this tree": getattr(mod.FORMAT, kind)}
         for K, N in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")):
             w = Weight(GGMLType[tname], bench.random_weight(tname, K, N, rng).reshape(-1), K, N, tname)
             assert BLOCK_GEOMETRY[w.ggml_type][0] != 32 or w.repacked, "a repacked 32-weight format"
