@@ -92,13 +92,14 @@ def test_fixture_tensor_matches_reference(t):
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 def test_gemm_rows_equal_gemv_larger_shapes(t):
-    """Shapes that exercise row/token tiling edges of the fast kernels (N, T not multiples of tiles)."""
+    """Shapes that exercise row/token tiling edges of the fast kernels (N, T not multiples of tiles; T past one
+    32-token tile)."""
     K = 1024 if t not in (G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K) else 768
-    N, T = 67, 19
+    N, T = 67, 45
     _, w = _weight(t, N, K, 300 + int(t))
     x = _x(T, K, 400 + int(t))
     gemm = _run(w, x)
-    for i in (0, 1, 7, T - 1):
+    for i in (0, 1, 7, 33, T - 1):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
 

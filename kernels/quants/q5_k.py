@@ -27,9 +27,9 @@ from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kquants import hsum_float_8, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32, maddubs,
-                    mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, zero32,
-                    zerof)
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
+                    load8x32, load8xf32, maddubs, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16,
+                    store8x32, store8xf32, zero32, zerof)
 from ..fp16 import fma_f32
 from .base import BlockFormat, empty_aligned, register, run_repack
 from .kblock import scale_min_k4
@@ -143,21 +143,81 @@ def row_dot_tiled(w, n, qs, yd, bs32, t):
     return acc
 
 
-ROW_TILE = 8
+@jit
+def _decode_half(w, n, b, H, m0f, m01):
+    """_block_ints' chunks of 64 weights 2H and 2H+1 (H = 0, 1) of super-block b of row n: their four 32-weight
+    halves as unsigned quants (lo, hi, lo, hi) and the four scales, splat."""
+    o = n * w.shape[1] + b * PACKED_BYTES
+    ob = b * PACKED_BYTES
+    hb = load32(w, o + 128)
+    c = 2 * H
+    qa = load32(w, o + 32 * c)
+    qb = load32(w, o + 32 * c + 32)
+    q = (or8(and8(qa, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4)),
+         or8(and8(srl16(qa, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4)),
+         or8(and8(qb, m0f), sll16(and8(srl16(hb, 2 * c + 2), m01), 4)),
+         or8(and8(srl16(qb, 4), m0f), sll16(and8(srl16(hb, 2 * c + 3), m01), 4)))
+    sc = (splat16(w[n, ob + 160 + 2 * c]), splat16(w[n, ob + 161 + 2 * c]), splat16(w[n, ob + 162 + 2 * c]),
+          splat16(w[n, ob + 163 + 2 * c]))
+    return q, sc
+
+
+@jit
+def _lanes_half(q, sc, qs, t, b, H):
+    """_block_ints' lanes from the chunks of _decode_half(..., H) with token t: the two halves' sums add up to
+    its lanes (integer lanes: any grouping gives the same sums)."""
+    oa = t * qs.shape[1] + b * QK_K + 128 * H
+    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
+    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    return add32(v0, v1)
+
+
+ROW_TILE = 16
 TOK_TILE = 32
 
 
 @pjit
 def _gemm(w, qs, yd, bs32, out):
-    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
+    """ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens (in two
+    halves: all 8 quant and 8 scale vectors do not fit 16 ymm registers; the first half's integer lanes wait per
+    token in `part`), whose 8 float accumulators and summs per (row, token) live in `acc` and `summs`: per (row,
+    token) the float sequence of row_dot_x86 (before: row_dot_x86 per output, every block decoded per token)."""
     N = w.shape[0]
     T = qs.shape[0]
+    K = qs.shape[1]
+    nb = yd.shape[1]
     n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
     for tile in prange(n_tiles):
         r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
+        acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        summs = np.zeros((ROW_TILE, TOK_TILE), np.float32)
+        part = np.empty((TOK_TILE, 8), np.int32)  # (token, lane) the first half's sums of the current row
+        m0f = splat8(15)
+        m01 = splat8(1)
+        for b in range(nb):
+            for n in range(r0, r1):
+                q, sc = _decode_half(w, n, b, 0, m0f, m01)
+                for t in range(t0, t1):
+                    store8x32(part, 32 * (t - t0), _lanes_half(q, sc, qs, t, b, 0))
+                q, sc = _decode_half(w, n, b, 1, m0f, m01)
+                o = n * w.shape[1] + b * PACKED_BYTES
+                mn = load8_u8_as_i32(w, o + 168)
+                dx = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 176))
+                dmx = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 178))
+                for t in range(t0, t1):
+                    sumi = add32(load8x32(part, 32 * (t - t0)), _lanes_half(q, sc, qs, t, b, 1))
+                    mins = hsum32(mul32(mn, load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
+                    dy = yd[t, b]
+                    d = np.float32(dy * dx)
+                    dmin = np.float32(-dy * dmx)
+                    summs[n - r0, t - t0] = fma_f32(dmin, np.float32(mins), summs[n - r0, t - t0])
+                    so = 32 * ((n - r0) * TOK_TILE + t - t0)
+                    store8xf32(acc, so, ffma(splatf(d), cvt_f32(sumi), load8xf32(acc, so)))
         for n in range(r0, r1):
             for t in range(t0, t1):
-                out[t, n] = row_dot_x86(w, n, qs, yd, bs32, t)
+                out[t, n] = hsum_float_8(load8xf32(acc, 32 * ((n - r0) * TOK_TILE + t - t0))) + summs[n - r0, t - t0]
 
 
 @pjit
