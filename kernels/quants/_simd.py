@@ -141,6 +141,7 @@ load8xf32 = _make_load(V8F32)   # 8 float32 (32 bytes)
 
 store8xf32 = _make_store(V8F32)  # 8 float32
 store8x32 = _make_store(V8I32)  # 8 int32
+store16x16 = _make_store(V16I16)  # 16 int16
 store32 = _make_store(V32I8)  # 32 bytes
 
 

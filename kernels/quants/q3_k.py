@@ -29,8 +29,9 @@ from .kblock import q3, q3_scale
 from .kquants import hsum_float_8, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load32, maddubs, prefetch_span,
-                    scale_halves16, sll16, splat8, splatf, srl16, sub16, zero32, zerof)
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8x32,
+                    load8xf32, maddubs, or8, prefetch_span, scale_halves16, sll16, splat8, splatf, srl16, store16x16,
+                    store8x32, store8xf32, sub16, xor8, zero32, zerof)
 from .base import BlockFormat, empty_aligned, register, run_repack
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q3_K][1]  # 110
@@ -137,21 +138,82 @@ def row_dot_tiled(w, n, qs, yd, t):
     return acc
 
 
-ROW_TILE = 8
+@jit
+def _decode_half(w, n, b, H, m03, m01, m04):
+    """Chunks 4H .. 4H+3 (H = 0, 1) of super-block b of row n for the tiled gemm: u = low2 + 4 - 4 * (high bit
+    clear), 0..7, and the chunks' scale pairs. maddubs(u, y) - maddubs(4, y) is _chunk's maddubs(low2, y) -
+    maddubs(4 * (high bit clear), y), the same int16 pair sums (none saturates), and maddubs(4, y) depends on the
+    token only."""
+    o = n * w.shape[1] + b * PACKED_BYTES
+    hbn = load32(w, o + 64)
+    qb = load32(w, o + 32 * H)
+    u = (or8(and8(qb, m03), xor8(sll16(and8(srl16(hbn, 4 * H), m01), 2), m04)),
+         or8(and8(srl16(qb, 2), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 1), m01), 2), m04)),
+         or8(and8(srl16(qb, 4), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 2), m01), 2), m04)),
+         or8(and8(srl16(qb, 6), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 3), m01), 2), m04)))
+    s16 = load16_i8_as_i16(w, o + 96)
+    if H == 0:
+        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
+    else:
+        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
+    return u, sc
+
+
+@jit
+def _lanes_half(u, sc, qs, y4, t, tt, b, H):
+    """_block_lanes' terms of chunks 4H .. 4H+3 with token t (its maddubs(4, y) of the block's chunks at y4[tt]):
+    the two halves add up to _block_lanes (integer lanes: any grouping gives the same sums)."""
+    oa = t * qs.shape[1] + b * QK_K + 128 * H
+    oy = 256 * tt + 128 * H
+    v0 = dpwssd(zero32(), sub16(maddubs(u[0], load32(qs, oa)), load16x16(y4, oy)), sc[0])
+    v1 = dpwssd(zero32(), sub16(maddubs(u[1], load32(qs, oa + 32)), load16x16(y4, oy + 32)), sc[1])
+    v0 = dpwssd(v0, sub16(maddubs(u[2], load32(qs, oa + 64)), load16x16(y4, oy + 64)), sc[2])
+    v1 = dpwssd(v1, sub16(maddubs(u[3], load32(qs, oa + 96)), load16x16(y4, oy + 96)), sc[3])
+    return add32(v0, v1)
+
+
+ROW_TILE = 16
 TOK_TILE = 32
 
 
 @pjit
 def _gemm(w, qs, yd, out):
-    """Tiles of rows x tokens, each output one row_dot_x86 (the gemv's code, so rows are bit-identical)."""
+    """ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens (two
+    halves of 4 chunks, _decode_half; the first half's integer lanes wait per token in `part`), whose 8 float
+    accumulators per (row, token) live in `acc`: per (row, token) the float sequence of row_dot_x86 (before:
+    row_dot_x86 per output, every block decoded per token). y4: the tile's maddubs(4, y), once per block."""
     N = w.shape[0]
     T = qs.shape[0]
+    K = qs.shape[1]
+    nb = yd.shape[1]
     n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
     for tile in prange(n_tiles):
         r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
+        acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        part = np.empty((TOK_TILE, 8), np.int32)       # (token, lane) the first half's sums of the current row
+        y4 = np.empty((TOK_TILE, 8, 16), np.int16)    # (token, chunk, pair) maddubs(4, y) of block b
+        m03 = splat8(3)
+        m01 = splat8(1)
+        m04 = splat8(4)
+        for b in range(nb):
+            for t in range(t0, t1):
+                oa = t * K + b * QK_K
+                for c in range(8):
+                    store16x16(y4, 32 * (8 * (t - t0) + c), maddubs(m04, load32(qs, oa + 32 * c)))
+            for n in range(r0, r1):
+                u, sc = _decode_half(w, n, b, 0, m03, m01, m04)
+                for t in range(t0, t1):
+                    store8x32(part, 32 * (t - t0), _lanes_half(u, sc, qs, y4, t, t - t0, b, 0))
+                u, sc = _decode_half(w, n, b, 1, m03, m01, m04)
+                dx = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 112))
+                for t in range(t0, t1):
+                    lanes = add32(load8x32(part, 32 * (t - t0)), _lanes_half(u, sc, qs, y4, t, t - t0, b, 1))
+                    so = 32 * ((n - r0) * TOK_TILE + t - t0)
+                    d = np.float32(yd[t, b] * dx)
+                    store8xf32(acc, so, ffma(splatf(d), cvt_f32(lanes), load8xf32(acc, so)))
         for n in range(r0, r1):
             for t in range(t0, t1):
-                out[t, n] = row_dot_x86(w, n, qs, yd, t)
+                out[t, n] = hsum_float_8(load8xf32(acc, 32 * ((n - r0) * TOK_TILE + t - t0)))
 
 
 @pjit
