@@ -30,7 +30,8 @@ from .kquants import hsum_float_8, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
-                    maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, zero32, zerof)
+                    load8x32, load8xf32, maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, store8x32,
+                    store8xf32, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q2_K][1]  # 84
@@ -185,7 +186,7 @@ def row_dot_tiled(w, n, qs, bsums, yd, t):
     return acc
 
 
-ROW_TILE = 8
+ROW_TILE = 16
 TOK_TILE = 32
 
 
@@ -203,17 +204,91 @@ def _row_dot(w, n, qs, bsums, yd, t, mode, PF=0):
     return row_dot_x86(w, n, qs, bsums, yd, t, PF)
 
 
+@jit
+def _decode_half(w, n, b, H, m03):
+    """Half H (0, 1) of super-block b of row n for the gemm: its 4 chunks' 2-bit quants and scale pairs."""
+    o = n * w.shape[1] + b * PACKED_BYTES
+    qb = load32(w, o + 32 * H)
+    q = (and8(qb, m03), and8(srl16(qb, 2), m03), and8(srl16(qb, 4), m03), and8(srl16(qb, 6), m03))
+    s16 = load16_i8_as_i16(w, o + 64)
+    if H == 0:
+        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
+    else:
+        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
+    return q, sc
+
+
+@jit
+def _lanes_half(q, sc, qs, t, b, H):
+    """_block_ints' v0 (H = 0) or v1 (H = 1) with token t (integer lanes: any grouping gives the same sums)."""
+    oa = t * qs.shape[1] + b * QK_K + 128 * H
+    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
+    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    return add32(v0, v1)
+
+
 @pjit
 def _gemm(w, qs, bsums, yd, out, mode):
-    """Tiles of rows x tokens, each output one row dot of `mode` (the gemv's code, so rows are bit-identical)."""
+    """ROW_TILE x TOK_TILE tiles, block by block: each (row, block) is decoded once for the tile's tokens (in its
+    two halves: v0's lanes wait per token in `part` while v1's are computed), then per (row, token) the float
+    sequence of `mode`'s row dot (_row_dot) on its state in `acc`: 8 lanes (_VEC_DOT) or acc, accm in lanes 0, 1.
+    Before: _row_dot per output, every block decoded per token."""
     N = w.shape[0]
     T = qs.shape[0]
+    K = qs.shape[1]
+    nb = yd.shape[1]
     n_tiles, n_tt = tiles(N, T, ROW_TILE, TOK_TILE)
     for tile in prange(n_tiles):
         r0, r1, t0, t1 = tile_span(tile, n_tt, N, T, ROW_TILE, TOK_TILE)
+        acc = np.zeros((ROW_TILE, TOK_TILE, 8), np.float32)
+        part = np.empty((TOK_TILE, 8), np.int32)  # (token, lane) v0 of the current row
+        m03 = splat8(3)
+        for b in range(nb):
+            for n in range(r0, r1):
+                q, sc = _decode_half(w, n, b, 0, m03)
+                for t in range(t0, t1):
+                    store8x32(part, 32 * (t - t0), _lanes_half(q, sc, qs, t, b, 0))
+                q, sc = _decode_half(w, n, b, 1, m03)
+                mn = load16_i8_as_i16(w, n * w.shape[1] + b * PACKED_BYTES + 80)
+                xd = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96))
+                xdmin = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98))
+                for t in range(t0, t1):
+                    v0 = load8x32(part, 32 * (t - t0))
+                    v1 = _lanes_half(q, sc, qs, t, b, 1)
+                    mins = dpwssd(zero32(), mn, load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
+                    dy = yd[t, b]
+                    i, j = n - r0, t - t0
+                    if mode == _VEC_DOT:  # row_dot_x86
+                        so = 32 * (i * TOK_TILE + j)
+                        a = ffma(splatf(np.float32(-dy * xdmin)), cvt_f32(mins), load8xf32(acc, so))
+                        store8xf32(acc, so, ffma(splatf(np.float32(dy * xd)), cvt_f32(add32(v0, v1)), a))
+                    elif mode == _REPACK:  # row_dot_repack
+                        d = np.float32(xd * dy)
+                        dmin = np.float32(xdmin * dy)
+                        acc[i, j, 0] = fma_f32(np.float32(hsum32(v0) + hsum32(v1)), d, acc[i, j, 0])
+                        acc[i, j, 1] = fma_f32(np.float32(hsum32(mins)), dmin, acc[i, j, 1])
+                    elif mode == _REPACK_GEMM:  # row_dot_repack_gemm
+                        d = np.float32(xd * dy)
+                        dmin = np.float32(xdmin * dy)
+                        a0 = fma_f32(np.float32(hsum32(v0)), d, acc[i, j, 0])
+                        a1 = fma_f32(np.float32(_half_mins(w, n, b, bsums, t, 0)), dmin, acc[i, j, 1])
+                        acc[i, j, 0] = fma_f32(np.float32(hsum32(v1)), d, a0)
+                        acc[i, j, 1] = fma_f32(np.float32(_half_mins(w, n, b, bsums, t, 1)), dmin, a1)
+                    else:  # _TILED: row_dot_tiled
+                        r = np.float32(np.float32(hsum32(v0) + hsum32(v1)) * xd)
+                        r = fma_f32(-xdmin, np.float32(hsum32(mins)), r)
+                        acc[i, j, 0] = fma_f32(r, dy, acc[i, j, 0])
         for n in range(r0, r1):
             for t in range(t0, t1):
-                out[t, n] = _row_dot(w, n, qs, bsums, yd, t, mode)
+                i, j = n - r0, t - t0
+                if mode == _VEC_DOT:
+                    out[t, n] = hsum_float_8(load8xf32(acc, 32 * (i * TOK_TILE + j)))
+                elif mode == _TILED:
+                    out[t, n] = acc[i, j, 0]
+                else:
+                    out[t, n] = np.float32(acc[i, j, 0] - acc[i, j, 1])
 
 
 @pjit
