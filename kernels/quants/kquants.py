@@ -19,7 +19,8 @@ import numpy as np
 from numba import prange
 
 from ..config import jit, pjit
-from ._simd import lanef
+from ..ggml_type import QK_K
+from ._simd import add32, dpwssd, lanef, load32, maddubs, scale_halves16, zero32
 from .base import empty_aligned
 
 # Q4_K / Q6_K gemv prefetch (row_dot_x86's PF): every block prefetches (into L2) the bytes GEMV_PF ahead of it.
@@ -53,6 +54,31 @@ def tile_span(tile, n_tt, N, T, RT, TT):
     r0 = (tile // n_tt) * RT
     t0 = (tile % n_tt) * TT
     return r0, min(N, r0 + RT), t0, min(T, t0 + TT)
+
+
+# The AVX2 gemms of Q2_K, Q3_K, Q5_K and Q6_K take a row's super-block in two halves of 4 chunks of 32 weights:
+# all 8 chunks' quant and scale vectors do not fit AVX2's 16 ymm registers (benchmarks/RESULTS.md, the fifth Zen 3
+# session). Integer lanes give the same sums in any grouping.
+
+@jit
+def half_scales(s16, H):
+    """The scale pairs (q6_k / q3_k / q2_k: vpermw of the 16 sub-block scales s16) of chunks 4H .. 4H+3, H = 0, 1
+    (scale_halves16 needs literal chunk numbers)."""
+    if H == 0:
+        return scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3)
+    return scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7)
+
+
+@jit
+def lanes_half(q, sc, qs, t, b, H):
+    """<8 x i32>: sum over chunks 4H .. 4H+3 of super-block b of vpmaddwd(sc[j], vpmaddubsw(q[j], y)) with token
+    t's quants y (qs (T, K) int8): half of the row dot's lanes."""
+    oa = t * qs.shape[1] + b * QK_K + 128 * H
+    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
+    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
+    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
+    return add32(v0, v1)
 
 
 # PERM[p] = natural element (within a 32-group) stored at permuted position p

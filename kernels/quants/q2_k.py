@@ -26,7 +26,7 @@ from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q2
-from .kquants import hsum_float_8, tile_span, tiles
+from .kquants import half_scales, hsum_float_8, lanes_half, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
@@ -210,23 +210,7 @@ def _decode_half(w, n, b, H, m03):
     o = n * w.shape[1] + b * PACKED_BYTES
     qb = load32(w, o + 32 * H)
     q = (and8(qb, m03), and8(srl16(qb, 2), m03), and8(srl16(qb, 4), m03), and8(srl16(qb, 6), m03))
-    s16 = load16_i8_as_i16(w, o + 64)
-    if H == 0:
-        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
-    else:
-        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
-    return q, sc
-
-
-@jit
-def _lanes_half(q, sc, qs, t, b, H):
-    """_block_ints' v0 (H = 0) or v1 (H = 1) with token t (integer lanes: any grouping gives the same sums)."""
-    oa = t * qs.shape[1] + b * QK_K + 128 * H
-    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
-    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
-    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
-    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
-    return add32(v0, v1)
+    return q, half_scales(load16_i8_as_i16(w, o + 64), H)
 
 
 @pjit
@@ -249,14 +233,14 @@ def _gemm(w, qs, bsums, yd, out, mode):
             for n in range(r0, r1):
                 q, sc = _decode_half(w, n, b, 0, m03)
                 for t in range(t0, t1):
-                    store8x32(part, 32 * (t - t0), _lanes_half(q, sc, qs, t, b, 0))
+                    store8x32(part, 32 * (t - t0), lanes_half(q, sc, qs, t, b, 0))
                 q, sc = _decode_half(w, n, b, 1, m03)
                 mn = load16_i8_as_i16(w, n * w.shape[1] + b * PACKED_BYTES + 80)
                 xd = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 96))
                 xdmin = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 98))
                 for t in range(t0, t1):
                     v0 = load8x32(part, 32 * (t - t0))
-                    v1 = _lanes_half(q, sc, qs, t, b, 1)
+                    v1 = lanes_half(q, sc, qs, t, b, 1)
                     mins = dpwssd(zero32(), mn, load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
                     dy = yd[t, b]
                     i, j = n - r0, t - t0

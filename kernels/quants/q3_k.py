@@ -26,7 +26,7 @@ from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q3, q3_scale
-from .kquants import hsum_float_8, tile_span, tiles
+from .kquants import half_scales, hsum_float_8, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8x32,
@@ -151,12 +151,7 @@ def _decode_half(w, n, b, H, m03, m01, m04):
          or8(and8(srl16(qb, 2), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 1), m01), 2), m04)),
          or8(and8(srl16(qb, 4), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 2), m01), 2), m04)),
          or8(and8(srl16(qb, 6), m03), xor8(sll16(and8(srl16(hbn, 4 * H + 3), m01), 2), m04)))
-    s16 = load16_i8_as_i16(w, o + 96)
-    if H == 0:
-        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
-    else:
-        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
-    return u, sc
+    return u, half_scales(load16_i8_as_i16(w, o + 96), H)
 
 
 @jit

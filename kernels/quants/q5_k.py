@@ -25,7 +25,7 @@ from numba import prange
 from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
-from .kquants import hsum_float_8, tile_span, tiles
+from .kquants import hsum_float_8, lanes_half, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
                     load8x32, load8xf32, maddubs, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16,
@@ -162,18 +162,6 @@ def _decode_half(w, n, b, H, m0f, m01):
     return q, sc
 
 
-@jit
-def _lanes_half(q, sc, qs, t, b, H):
-    """_block_ints' lanes from the chunks of _decode_half(..., H) with token t: the two halves' sums add up to
-    its lanes (integer lanes: any grouping gives the same sums)."""
-    oa = t * qs.shape[1] + b * QK_K + 128 * H
-    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
-    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
-    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
-    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
-    return add32(v0, v1)
-
-
 ROW_TILE = 16
 TOK_TILE = 32
 
@@ -200,14 +188,14 @@ def _gemm(w, qs, yd, bs32, out):
             for n in range(r0, r1):
                 q, sc = _decode_half(w, n, b, 0, m0f, m01)
                 for t in range(t0, t1):
-                    store8x32(part, 32 * (t - t0), _lanes_half(q, sc, qs, t, b, 0))
+                    store8x32(part, 32 * (t - t0), lanes_half(q, sc, qs, t, b, 0))
                 q, sc = _decode_half(w, n, b, 1, m0f, m01)
                 o = n * w.shape[1] + b * PACKED_BYTES
                 mn = load8_u8_as_i32(w, o + 168)
                 dx = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 176))
                 dmx = f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 178))
                 for t in range(t0, t1):
-                    sumi = add32(load8x32(part, 32 * (t - t0)), _lanes_half(q, sc, qs, t, b, 1))
+                    sumi = add32(load8x32(part, 32 * (t - t0)), lanes_half(q, sc, qs, t, b, 1))
                     mins = hsum32(mul32(mn, load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
                     dy = yd[t, b]
                     d = np.float32(dy * dx)

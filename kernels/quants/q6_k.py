@@ -27,7 +27,7 @@ from ..config import jit, pjit
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kblock import q6
-from .kquants import hsum_float_8, tile_span, tiles
+from .kquants import half_scales, hsum_float_8, lanes_half, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
 from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt_f32z, dpwssd_z, ffma_z, fmul_z,
@@ -148,26 +148,17 @@ def _decode_half(w, n, b, H, m0f, m03):
          or8(and8(srl16(qa, 4), m0f), sll16(and8(srl16(qh, 4), m03), 4)),
          or8(and8(srl16(qb, 4), m0f), sll16(and8(srl16(qh, 6), m03), 4)))
     s16 = load16_i8_as_i16(w, o + 192)
-    if H == 0:
-        sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3))
-    else:
-        sc = (scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
-    return q, sc, sub16(zero16(), sll16i(s16, 5))
+    return q, half_scales(s16, H), sub16(zero16(), sll16i(s16, 5))
 
 
 @jit
 def _lanes_half(q, sc, nsc32, qs, bsums, t, b, H):
-    """_lanes' integer terms of chunks 4H .. 4H+3, with the offset term in half 0: the two halves' sums add up
-    to _lanes (integer lanes: any grouping gives the same sums)."""
-    K = qs.shape[1]
-    oa = t * K + b * QK_K + 128 * H
-    v0 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
-    v1 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
+    """_lanes' terms of chunks 4H .. 4H+3 (kquants.lanes_half), with the offset term in half 0: the two halves'
+    sums add up to _lanes."""
+    v = lanes_half(q, sc, qs, t, b, H)
     if H == 0:
-        v0 = dpwssd(v0, load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
-    v0 = dpwssd(v0, maddubs(q[2], load32(qs, oa + 64)), sc[2])
-    v1 = dpwssd(v1, maddubs(q[3], load32(qs, oa + 96)), sc[3])
-    return add32(v0, v1)
+        v = dpwssd(v, load16x16(bsums, 2 * (t * (qs.shape[1] // 16) + 16 * b)), nsc32)
+    return v
 
 
 ROW_TILE = 16
