@@ -137,8 +137,8 @@ def _gemv(w, qs, bsums, yd, out):
 
 @jit
 def _decode_half(w, n, b, H, m0f, m03):
-    """_decode's chunks 4H .. 4H+3 (H = 0, 1 a literal of the caller) of super-block b of row n: their unsigned
-    quants and scale pairs; and the offset term -32 * scales (used with half 0)."""
+    """_decode's chunks 4H .. 4H+3 (H = 0, 1) of super-block b of row n: their unsigned quants and scale pairs,
+    and the offset term -32 * scales (used with half 0)."""
     o = n * w.shape[1] + b * BLOCK_BYTES
     qa = load32(w, o + 64 * H)
     qb = load32(w, o + 64 * H + 32)
