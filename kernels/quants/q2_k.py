@@ -29,9 +29,8 @@ from .kblock import q2
 from .kquants import half_scales, hsum_float_8, lanes_half, tile_span, tiles
 from ..fp16 import fma_f32
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32,
-                    load8x32, load8xf32, maddubs, prefetch_span, scale_halves16, splat8, splatf, srl16, store8x32,
-                    store8xf32, zero32, zerof)
+from ._simd import (HAS_AVX2, and8, cvt_f32, add32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8x32,
+                    load8xf32, prefetch_span, splat8, splatf, srl16, store8x32, store8xf32, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q2_K][1]  # 84
@@ -90,25 +89,26 @@ def _repack(raw, out):
 
 
 @jit
+def _decode_half(w, n, b, H, m03):
+    """Half H (0, 1) of super-block b of row n: its 4 chunks' 2-bit quants and scale pairs (the row dots decode
+    both halves per token, the gemm once per tile)."""
+    o = n * w.shape[1] + b * PACKED_BYTES
+    qb = load32(w, o + 32 * H)
+    q = (and8(qb, m03), and8(srl16(qb, 2), m03), and8(srl16(qb, 4), m03), and8(srl16(qb, 6), m03))
+    return q, half_scales(load16_i8_as_i16(w, o + 64), H)
+
+
+@jit
 def _block_ints(w, n, b, qs, bsums, t, m03):
     """Super-block b of row n with token t: (<8 x i32> min[2l]*bsums[2l] + min[2l+1]*bsums[2l+1], and for each
     128-weight half h the <8 x i32> lanes l = sum scale * q.y over its chunks' bytes 4l..4l+3)."""
     K = qs.shape[1]
     o = n * w.shape[1] + b * PACKED_BYTES
-    oa = t * K + b * QK_K
     mins = dpwssd(zero32(), load16_i8_as_i16(w, o + 80), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)))
-    sc = load16_i8_as_i16(w, o + 64)
-    q0 = load32(w, o)
-    q1 = load32(w, o + 32)
-    v0 = dpwssd(zero32(), maddubs(and8(q0, m03), load32(qs, oa)), scale_halves16(sc, 0))
-    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 2), m03), load32(qs, oa + 32)), scale_halves16(sc, 1))
-    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 4), m03), load32(qs, oa + 64)), scale_halves16(sc, 2))
-    v0 = dpwssd(v0, maddubs(and8(srl16(q0, 6), m03), load32(qs, oa + 96)), scale_halves16(sc, 3))
-    v1 = dpwssd(zero32(), maddubs(and8(q1, m03), load32(qs, oa + 128)), scale_halves16(sc, 4))
-    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 2), m03), load32(qs, oa + 160)), scale_halves16(sc, 5))
-    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 4), m03), load32(qs, oa + 192)), scale_halves16(sc, 6))
-    v1 = dpwssd(v1, maddubs(and8(srl16(q1, 6), m03), load32(qs, oa + 224)), scale_halves16(sc, 7))
-    return mins, v0, v1
+    q, sc = _decode_half(w, n, b, 0, m03)
+    v0 = lanes_half(q, sc, qs, t, b, 0)
+    q, sc = _decode_half(w, n, b, 1, m03)
+    return mins, v0, lanes_half(q, sc, qs, t, b, 1)
 
 
 @jit
@@ -202,15 +202,6 @@ def _row_dot(w, n, qs, bsums, yd, t, mode, PF=0):
     if mode == _REPACK_GEMM:
         return row_dot_repack_gemm(w, n, qs, bsums, yd, t)
     return row_dot_x86(w, n, qs, bsums, yd, t, PF)
-
-
-@jit
-def _decode_half(w, n, b, H, m03):
-    """Half H (0, 1) of super-block b of row n for the gemm: its 4 chunks' 2-bit quants and scale pairs."""
-    o = n * w.shape[1] + b * PACKED_BYTES
-    qb = load32(w, o + 32 * H)
-    q = (and8(qb, m03), and8(srl16(qb, 2), m03), and8(srl16(qb, 4), m03), and8(srl16(qb, 6), m03))
-    return q, half_scales(load16_i8_as_i16(w, o + 64), H)
 
 
 @pjit

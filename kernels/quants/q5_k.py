@@ -27,9 +27,9 @@ from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import kblock, kquants
 from .kquants import hsum_float_8, lanes_half, tile_span, tiles
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32,
-                    load8x32, load8xf32, maddubs, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16,
-                    store8x32, store8xf32, zero32, zerof)
+from ._simd import (HAS_AVX2, add32, and8, cvt_f32, ffma, hsum32, load32, load8_i16_as_i32, load8_u8_as_i32, load8x32,
+                    load8xf32, mul32, or8, prefetch_span, sll16, splat16, splat8, splatf, srl16, store8x32, store8xf32,
+                    zerof)
 from ..fp16 import fma_f32
 from .base import BlockFormat, empty_aligned, register, run_repack
 from .kblock import scale_min_k4
@@ -92,20 +92,33 @@ def _repack(raw, out):
 
 
 @jit
+def _decode_half(w, n, b, H, m0f, m01):
+    """_block_ints' chunks of 64 weights 2H and 2H+1 (H = 0, 1) of super-block b of row n: their four 32-weight
+    halves as unsigned quants (lo, hi, lo, hi) and the four scales, splat."""
+    o = n * w.shape[1] + b * PACKED_BYTES
+    ob = b * PACKED_BYTES
+    hb = load32(w, o + 128)
+    c = 2 * H
+    qa = load32(w, o + 32 * c)
+    qb = load32(w, o + 32 * c + 32)
+    q = (or8(and8(qa, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4)),
+         or8(and8(srl16(qa, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4)),
+         or8(and8(qb, m0f), sll16(and8(srl16(hb, 2 * c + 2), m01), 4)),
+         or8(and8(srl16(qb, 4), m0f), sll16(and8(srl16(hb, 2 * c + 3), m01), 4)))
+    sc = (splat16(w[n, ob + 160 + 2 * c]), splat16(w[n, ob + 161 + 2 * c]), splat16(w[n, ob + 162 + 2 * c]),
+          splat16(w[n, ob + 163 + 2 * c]))
+    return q, sc
+
+
+@jit
 def _block_ints(w, n, b, qs, bs32, t, m0f, m01):
     """Super-block b of row n with token t: (<8 x i32> lanes of sum scale * q.y, sum_s min_s * bsum32_s)."""
     K = bs32.shape[1] * 32
     o = n * w.shape[1] + b * PACKED_BYTES
-    ob = b * PACKED_BYTES
-    oa = t * K + b * QK_K
-    hb = load32(w, o + 128)
-    sumi = zero32()
-    for c in range(4):
-        q = load32(w, o + 32 * c)
-        lo = or8(and8(q, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4))
-        hi = or8(and8(srl16(q, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4))
-        sumi = dpwssd(sumi, maddubs(lo, load32(qs, oa + 64 * c)), splat16(w[n, ob + 160 + 2 * c]))
-        sumi = dpwssd(sumi, maddubs(hi, load32(qs, oa + 64 * c + 32)), splat16(w[n, ob + 161 + 2 * c]))
+    q, sc = _decode_half(w, n, b, 0, m0f, m01)
+    sumi = lanes_half(q, sc, qs, t, b, 0)
+    q, sc = _decode_half(w, n, b, 1, m0f, m01)
+    sumi = add32(sumi, lanes_half(q, sc, qs, t, b, 1))
     mins = hsum32(mul32(load8_u8_as_i32(w, o + 168), load8_i16_as_i32(bs32, 2 * (t * (K // 32) + 8 * b))))
     return sumi, mins
 
@@ -141,25 +154,6 @@ def row_dot_tiled(w, n, qs, yd, bs32, t):
         r = fma_f32(-f16_to_f32(read_u16(w[n], b * PACKED_BYTES + 178)), np.float32(mins), r)
         acc = fma_f32(r, yd[t, b], acc)
     return acc
-
-
-@jit
-def _decode_half(w, n, b, H, m0f, m01):
-    """_block_ints' chunks of 64 weights 2H and 2H+1 (H = 0, 1) of super-block b of row n: their four 32-weight
-    halves as unsigned quants (lo, hi, lo, hi) and the four scales, splat."""
-    o = n * w.shape[1] + b * PACKED_BYTES
-    ob = b * PACKED_BYTES
-    hb = load32(w, o + 128)
-    c = 2 * H
-    qa = load32(w, o + 32 * c)
-    qb = load32(w, o + 32 * c + 32)
-    q = (or8(and8(qa, m0f), sll16(and8(srl16(hb, 2 * c), m01), 4)),
-         or8(and8(srl16(qa, 4), m0f), sll16(and8(srl16(hb, 2 * c + 1), m01), 4)),
-         or8(and8(qb, m0f), sll16(and8(srl16(hb, 2 * c + 2), m01), 4)),
-         or8(and8(srl16(qb, 4), m0f), sll16(and8(srl16(hb, 2 * c + 3), m01), 4)))
-    sc = (splat16(w[n, ob + 160 + 2 * c]), splat16(w[n, ob + 161 + 2 * c]), splat16(w[n, ob + 162 + 2 * c]),
-          splat16(w[n, ob + 163 + 2 * c]))
-    return q, sc
 
 
 ROW_TILE = 16

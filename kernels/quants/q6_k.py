@@ -34,8 +34,8 @@ from ._simd512 import (HAS_AVX512, bcast16x16x2, bcast32x2, cat16x2, cat8x2, cvt
                        hsum8x2_rows, load16xf32, maddubs_z, splat2f, splatfz, store16xf32,
                        zero16x32)
 from ._simd import (HAS_AVX2, add32, and8, cvt_f32, dpwssd, ffma, hsum32, load16_i8_as_i16, load16x16, load32, load8x32,
-                    load8xf32, maddubs, or8, prefetch_span, scale_halves16, sll16, sll16i, splat8, splatf,
-                    srl16, store8x32, store8xf32, sub16, zero16, zero32, zerof)
+                    load8xf32, or8, prefetch_span, sll16, sll16i, splat8, splatf, srl16, store8x32, store8xf32, sub16,
+                    zero16, zerof)
 from .base import BlockFormat, empty_aligned, register
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q6_K][1]  # 210
@@ -67,75 +67,6 @@ def dequantize_rows(raw, ids, out):
 
 
 @jit
-def _decode(w, n, b, m0f, m03):
-    """The 8 chunks of super-block b of row n as unsigned quants q+32 (ggml's q4_0 .. q4_3 per half), their
-    sub-block scale pairs, and -32 * the 16 scales (the offset term, applied with the activations' bsums)."""
-    o = n * w.shape[1] + b * BLOCK_BYTES
-    ql0 = load32(w, o)
-    ql1 = load32(w, o + 32)
-    ql2 = load32(w, o + 64)
-    ql3 = load32(w, o + 96)
-    qh0 = load32(w, o + 128)
-    qh1 = load32(w, o + 160)
-    q = (or8(and8(ql0, m0f), sll16(and8(qh0, m03), 4)),
-         or8(and8(ql1, m0f), sll16(and8(srl16(qh0, 2), m03), 4)),
-         or8(and8(srl16(ql0, 4), m0f), sll16(and8(srl16(qh0, 4), m03), 4)),
-         or8(and8(srl16(ql1, 4), m0f), sll16(and8(srl16(qh0, 6), m03), 4)),
-         or8(and8(ql2, m0f), sll16(and8(qh1, m03), 4)),
-         or8(and8(ql3, m0f), sll16(and8(srl16(qh1, 2), m03), 4)),
-         or8(and8(srl16(ql2, 4), m0f), sll16(and8(srl16(qh1, 4), m03), 4)),
-         or8(and8(srl16(ql3, 4), m0f), sll16(and8(srl16(qh1, 6), m03), 4)))
-    s16 = load16_i8_as_i16(w, o + 192)  # the 16 int8 scales, sign-extended
-    sc = (scale_halves16(s16, 0), scale_halves16(s16, 1), scale_halves16(s16, 2), scale_halves16(s16, 3),
-          scale_halves16(s16, 4), scale_halves16(s16, 5), scale_halves16(s16, 6), scale_halves16(s16, 7))
-    nsc32 = sub16(zero16(), sll16i(s16, 5))  # -32 * scale, |.| <= 4096
-    return q, sc, nsc32
-
-
-@jit
-def _lanes(q, sc, nsc32, qs, bsums, t, b):
-    """<8 x i32>: the 8 AVX lanes of super-block b with token t (qs (T, K) int8, bsums (T, K/16) int16):
-    lane l = sum over chunks c of scale * (q+32) * y over elements 32c+4l .. 32c+4l+3, minus
-    32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]) (ggml's q8sclsub)."""
-    K = qs.shape[1]
-    oa = t * K + b * QK_K
-    # four independent accumulators: one chain of 9 dependent vpdpwssd bounded the gemv by their latency
-    # (2-core Zen 4, benchmarks/RESULTS.md); integer lanes, so any grouping gives the same sums
-    v0 = dpwssd(zero32(), load16x16(bsums, 2 * (t * (K // 16) + 16 * b)), nsc32)
-    v1 = dpwssd(zero32(), maddubs(q[0], load32(qs, oa)), sc[0])
-    v2 = dpwssd(zero32(), maddubs(q[1], load32(qs, oa + 32)), sc[1])
-    v3 = dpwssd(zero32(), maddubs(q[2], load32(qs, oa + 64)), sc[2])
-    v0 = dpwssd(v0, maddubs(q[3], load32(qs, oa + 96)), sc[3])
-    v1 = dpwssd(v1, maddubs(q[4], load32(qs, oa + 128)), sc[4])
-    v2 = dpwssd(v2, maddubs(q[5], load32(qs, oa + 160)), sc[5])
-    v3 = dpwssd(v3, maddubs(q[6], load32(qs, oa + 192)), sc[6])
-    v0 = dpwssd(v0, maddubs(q[7], load32(qs, oa + 224)), sc[7])
-    return add32(add32(v0, v1), add32(v2, v3))
-
-
-@jit
-def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
-    """Row n of w (N, nb*210) . token t: ggml_vec_dot_q6_K_q8_K (x86 AVX2 order); PF > 0: every block
-    prefetches the bytes PF ahead of it (gemv, see kquants.GEMV_PF)."""
-    m0f = splat8(15)
-    m03 = splat8(3)
-    acc = zerof()
-    for b in range(yd.shape[1]):
-        if PF > 0:
-            prefetch_span(w, n * w.shape[1] + b * BLOCK_BYTES + PF, BLOCK_BYTES)
-        q, sc, nsc32 = _decode(w, n, b, m0f, m03)
-        d = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208)))
-        acc = ffma(splatf(d), cvt_f32(_lanes(q, sc, nsc32, qs, bsums, t, b)), acc)
-    return hsum_float_8(acc)
-
-
-@pjit
-def _gemv(w, qs, bsums, yd, out):
-    for n in prange(w.shape[0]):
-        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
-
-
-@jit
 def _decode_half(w, n, b, H, m0f, m03):
     """_decode's chunks 4H .. 4H+3 (H = 0, 1) of super-block b of row n: their unsigned quants and scale pairs,
     and the offset term -32 * scales (used with half 0)."""
@@ -153,12 +84,48 @@ def _decode_half(w, n, b, H, m0f, m03):
 
 @jit
 def _lanes_half(q, sc, nsc32, qs, bsums, t, b, H):
-    """_lanes' terms of chunks 4H .. 4H+3 (kquants.lanes_half), with the offset term in half 0: the two halves'
-    sums add up to _lanes."""
+    """<8 x i32>: the AVX lanes of chunks 4H .. 4H+3 of super-block b with token t (kquants.lanes_half), with the
+    offset term in half 0: lane l = sum over the chunks of scale * (q+32) * y over elements 32c+4l .. 32c+4l+3,
+    minus 32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]) (ggml's q8sclsub). The two halves add up to the block's
+    lanes (integer lanes: any grouping gives the same sums)."""
     v = lanes_half(q, sc, qs, t, b, H)
     if H == 0:
         v = dpwssd(v, load16x16(bsums, 2 * (t * (qs.shape[1] // 16) + 16 * b)), nsc32)
     return v
+
+
+@jit
+def _decode(w, n, b, m0f, m03):
+    """The 8 chunks of super-block b of row n as unsigned quants q+32 (ggml's q4_0 .. q4_3 per half), their
+    sub-block scale pairs, and -32 * the 16 scales (the offset term, applied with the activations' bsums)."""
+    q0, sc0, nsc32 = _decode_half(w, n, b, 0, m0f, m03)
+    q1, sc1, _ = _decode_half(w, n, b, 1, m0f, m03)
+    return q0 + q1, sc0 + sc1, nsc32
+
+
+@jit
+def row_dot_x86(w, n, qs, bsums, yd, t, PF=0):
+    """Row n of w (N, nb*210) . token t: ggml_vec_dot_q6_K_q8_K (x86 AVX2 order); PF > 0: every block
+    prefetches the bytes PF ahead of it (gemv, see kquants.GEMV_PF)."""
+    m0f = splat8(15)
+    m03 = splat8(3)
+    acc = zerof()
+    for b in range(yd.shape[1]):
+        if PF > 0:
+            prefetch_span(w, n * w.shape[1] + b * BLOCK_BYTES + PF, BLOCK_BYTES)
+        q, sc, nsc32 = _decode_half(w, n, b, 0, m0f, m03)
+        lanes = _lanes_half(q, sc, nsc32, qs, bsums, t, b, 0)
+        q, sc, nsc32 = _decode_half(w, n, b, 1, m0f, m03)
+        lanes = add32(lanes, _lanes_half(q, sc, nsc32, qs, bsums, t, b, 1))
+        d = np.float32(yd[t, b] * f16_to_f32(read_u16(w[n], b * BLOCK_BYTES + 208)))
+        acc = ffma(splatf(d), cvt_f32(lanes), acc)
+    return hsum_float_8(acc)
+
+
+@pjit
+def _gemv(w, qs, bsums, yd, out):
+    for n in prange(w.shape[0]):
+        out[0, n] = row_dot_x86(w, n, qs, bsums, yd, 0, kquants.GEMV_PF)
 
 
 ROW_TILE = 16
