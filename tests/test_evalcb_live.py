@@ -98,6 +98,27 @@ def test_cli_diff_live_against_log_exit_code():
     assert "no divergence" in r.output
 
 
+def test_cli_diff_live_prompt_from_file(tmp_path):
+    """`diff -m M -f FILE LOG` reads the live run's prompt as llama-eval-callback's -f does (one trailing newline
+    stripped): the same clean verdict as --prompt; a file that cannot be read is one error line, exit 2."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    log = FIXTURES / "tiny" / "evalcb" / "tiny-llama-Q8_0__pub__kvf16.log"
+    model = TINY_MODELS / "tiny-llama-Q8_0.gguf"
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Hello world, the quick brown fox\n")
+    r = CliRunner().invoke(cli, ["eval-callback", "diff", "-m", str(model), "-f", str(prompt), "-t", "2", "-fa", "off",
+                                 str(log)])
+    assert r.exit_code == 0, r.output
+    assert "no divergence" in r.output
+    r = CliRunner().invoke(cli, ["eval-callback", "diff", "-m", str(model), "-f", str(tmp_path / "missing.txt"),
+                                 str(log)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and "missing.txt" in r.stderr
+
+
 @pytest.mark.real
 def test_cli_diff_live_smollm2_clean_verdict():
     """The README's example: SmolLM2 against llama.cpp's log of the same prompt, default tolerance."""

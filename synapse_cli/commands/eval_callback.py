@@ -137,6 +137,8 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
 @click.option("-m", "--model", type=click.Path(dir_okay=False, path_type=Path),
               help="Run synapse live on this model as side A (then give one trace, B).")
 @click.option("-p", "--prompt", help="Prompt of the live run.")
+@click.option("-f", "--file", "prompt_file", default=None,
+              help="Read the live run's prompt from a file (one trailing newline stripped).")
 @_run_options
 @click.option("--tolerance", type=click.FloatRange(min=0.0), default=1e-4, show_default=True,
               help="Largest relative sum difference counted as equal.")
@@ -145,7 +147,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
                    "value) or pair every k-th occurrence.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
-def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
+def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
          n_predict, temp, flash_attn, escape, tolerance, occurrence, as_json):
     """Compare two eval-callback traces tensor by tensor (sums, and printed values).
 
@@ -155,26 +157,28 @@ def diff(ctx, traces, model, prompt, threads, ctx_size, batch, ubatch, cache_typ
     \b
     synapse eval-callback diff llama.log synapse.log
     synapse eval-callback diff --model M.gguf --prompt "Hello" -ctk f32 -ctv f32 llama.log
+    synapse eval-callback diff -m M.gguf -f prompt.txt llama.log
 
     Sums are compared relatively, |a-b| / max(|a|, |b|, sqrt(N)*rms, 1e-6/tolerance): the floor keeps
     near-zero sums (cancellation) and the 1e-6 resolution of a logged sum from counting as divergences.
     Exit code: 0 all compared tensors within tolerance, 1 otherwise, 2 unreadable input.
     """
     if model is not None:
-        if prompt is None:
-            raise click.UsageError("--model needs --prompt")
+        if prompt is None and prompt_file is None:
+            raise click.UsageError("--model needs --prompt or --file")
         if len(traces) != 1:
             raise click.UsageError("with --model give exactly one trace (the llama.cpp log to compare with)")
     else:
-        if prompt is not None:
-            raise click.UsageError("--prompt needs --model")
+        if prompt is not None or prompt_file is not None:
+            raise click.UsageError("--prompt and --file need --model")
         if len(traces) != 2:
             raise click.UsageError("give two traces A and B (or --model M --prompt P and one trace)")
     try:
         if model is not None:
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
-            _live_trace(model, read_prompt(prompt, None, escape), threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v, recorder, flash_attn)
+            _live_trace(model, read_prompt(prompt, prompt_file, escape), threads, ctx_size, batch, ubatch,
+                        cache_type_k, cache_type_v, recorder, flash_attn)
             a = recorder.records
             label_a, label_b = f"synapse {model.name}", str(traces[0])
         else:
