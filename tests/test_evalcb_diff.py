@@ -104,6 +104,30 @@ def test_perturbed_copy_names_the_first_perturbed_tensor(tmp_path):
     assert code == 1 and d["first_divergence"] == "l_out-1"
 
 
+def test_divergence_from_a_build_without_avx512_is_explained(tmp_path):
+    """A log whose system_info line lacks AVX512 (a llama.cpp built on an AVX2 machine) gets a note on why it
+    differs in the last bits; an AVX-512 build's log, a clean comparison and a log without system_info do not."""
+    text = LOG32.read_text()
+    assert "AVX512 = 1" in text
+    recs = {r.name: r for r in evalcb.load_trace(LOG32)}
+    diverged = shift_sum(text, "ffn_out-0", 2e-3 * bound(recs["ffn_out-0"]))
+    avx2 = write(tmp_path, "avx2.log", diverged.replace("AVX512 = 1 | ", "").replace("AVX512_", "X_"))
+    avx512 = write(tmp_path, "avx512.log", diverged)
+    bare = write(tmp_path, "bare.log", "".join(ln for ln in diverged.splitlines(keepends=True)
+                                               if "system_info" not in ln))
+    assert evalcb.build_cpu_features(avx2) >= {"AVX2", "FMA"} and "AVX512" not in evalcb.build_cpu_features(avx2)
+    assert evalcb.build_cpu_features(bare) is None
+    r = run_diff(LOG32, avx2)
+    assert r.exit_code == 1
+    assert "avx2.log comes from a llama.cpp build without AVX-512" in r.stdout.replace("\n", " ")
+    assert diff_json(LOG32, avx2)[1]["notes"] == [evalcb.build_note(str(avx2), evalcb.build_cpu_features(avx2))]
+    for other in (avx512, bare):
+        code, d = diff_json(LOG32, other)
+        assert code == 1 and d["notes"] == []
+    code, d = diff_json(avx2, avx2)  # nothing to explain
+    assert code == 0 and d["notes"] == []
+
+
 def test_permuted_printed_values_are_a_divergence_even_with_equal_sums(tmp_path):
     lines = LOG32.read_text().splitlines(keepends=True)
     k = header_index(lines, "kqv_out-1") + 3  # first row of the block

@@ -191,11 +191,16 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
     result = evalcb.diff_traces(a, b, tolerance=tolerance, occurrence=occurrence)
+    notes = [] if result.ok else [n for n in (evalcb.build_note(str(p), evalcb.build_cpu_features(p)) for p in traces)
+                                  if n]
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=1))
+        click.echo(json.dumps({**result.to_json(), "notes": notes}, indent=1))
     else:
         from rich.console import Console
+        from rich.text import Text
 
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
         evalcb.render_diff(result, console, label_a=label_a, label_b=label_b)
+        for note in notes:
+            console.print(Text(note))
     ctx.exit(0 if result.ok else 1)

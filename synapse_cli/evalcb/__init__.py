@@ -55,14 +55,15 @@ from .record import (  # noqa: F401
     shown_indices,
 )
 from .logformat import (  # noqa: F401
-    c_float, format_header, format_record, format_records, format_values, json_num, load_trace, ne_str,
+    build_cpu_features, c_float, format_header, format_record, format_records, format_values, json_num, load_trace,
+    ne_str,
     parse_log_text, printed_sum, record_from_json, record_to_json,
 )
 from .recorder import (  # noqa: F401
     TraceRecorder,
 )
 from .diff import (  # noqa: F401
-    TensorDiff, TraceDiff, compare_records, diff_traces, rel_diff, render_diff,
+    TensorDiff, TraceDiff, build_note, compare_records, diff_traces, rel_diff, render_diff,
 )
 from .live import (  # noqa: F401
     run_live,

@@ -275,6 +275,16 @@ def diff_traces(
     )
 
 
+def build_note(label: str, features: Optional[frozenset[str]]) -> Optional[str]:
+    """Why a log of a llama.cpp build without AVX-512 differs from synapse in the last bits (None for any other
+    log): synapse computes the AVX-512 build's float order (README, "Agreement with llama.cpp")."""
+    if features is None or "AVX512" in features:
+        return None
+    return (f"note: {label} comes from a llama.cpp build without AVX-512 (its system_info line); synapse computes "
+            "the AVX-512 build's order, whose exp in soft-max and SiLU and whose F32/F16 dot products differ from "
+            "this build's in the last bits, more so layer after layer (tests/reference/README.md)")
+
+
 def render_diff(diff: TraceDiff, console, *, label_a: str = "A", label_b: str = "B") -> None:
     """The diff as a Rich table, the one-side-only lists and the one-line summary."""
     from rich.table import Table

@@ -393,6 +393,22 @@ def _parse_json_text(text: str, where: str) -> list[TensorRecord]:
     return [record_from_json(d, f"{where}: tensor {k}") for k, d in enumerate(items)]
 
 
+_SYSTEM_INFO = re.compile(r"system_info:.*?\|\s*CPU\s*:(?P<flags>[^\n]*)")
+
+
+def build_cpu_features(path: str | Path) -> Optional[frozenset[str]]:
+    """The CPU features a llama.cpp log's `system_info:` line lists as built in (`AVX2 = 1 | ...`), or None when
+    the file has no such line (a log of stdout only, a synapse trace) or cannot be read."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    m = _SYSTEM_INFO.search(text)
+    if m is None:
+        return None
+    return frozenset(k.strip() for k, _, v in (f.partition("=") for f in m["flags"].split("|")) if v.strip() == "1")
+
+
 def load_trace(path: str | Path) -> list[TensorRecord]:
     """A trace from a file: an eval-callback log (llama.cpp's or synapse's) or synapse's --json.
 
