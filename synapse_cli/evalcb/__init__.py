@@ -56,8 +56,7 @@ from .record import (  # noqa: F401
 )
 from .logformat import (  # noqa: F401
     build_cpu_features, c_float, format_header, format_record, format_records, format_values, json_num, load_trace,
-    ne_str,
-    parse_log_text, printed_sum, record_from_json, record_to_json,
+    ne_str, parse_log_text, printed_sum, record_from_json, record_to_json,
 )
 from .recorder import (  # noqa: F401
     TraceRecorder,
