@@ -213,3 +213,23 @@ def test_prompt_bytes_that_are_not_utf8_are_tokenized(tmp_path):
 
     want = load_tokenizer(TINY_MODELS / "tiny-llama-F32.gguf").encode(b"ab\xffcd", add_special=True, parse_special=True)
     assert a["prompt_ids"] == b["prompt_ids"] == want
+
+
+def test_flash_attn_takes_llama_cpp_spellings():
+    """-fa as common/arg.cpp parses it: on|enabled|true|1, off|disabled|false|0, auto|-1 (a quantized V cache needs
+    it on, as in llama.cpp; auto announces itself on stderr); anything else is a usage error."""
+    model = TINY_MODELS / "tiny-llama-Q8_0.gguf"
+    for value in ("on", "enabled", "true", "1"):
+        r = _run("-m", model, "-p", "Hello", "-n", 2, "-ctv", "q8_0", "-fa", value)
+        assert r.exit_code == 0, (value, r.output)
+        assert "Flash Attention enabled" not in r.stderr
+    for value in ("off", "disabled", "false", "0"):
+        r = _run("-m", model, "-p", "Hello", "-n", 2, "-ctv", "q8_0", "-fa", value)
+        assert r.exit_code == 1 and "quantized V cache requires flash_attn to be enabled" in r.stderr, value
+    for value in ("auto", "-1"):  # auto resolves to on (on a CPU); eval-callback logs that, as llama.cpp does
+        assert _run("-m", model, "-p", "Hello", "-n", 2, "-ctv", "q8_0", "-fa", value).exit_code == 0, value
+    for value, logged in (("-1", True), ("auto", True), ("1", False)):
+        r = CliRunner().invoke(cli, ["eval-callback", "-m", str(model), "-p", "Hello", "--no-values", "-fa", value])
+        assert r.exit_code == 0 and ("resolve_fused_ops: Flash Attention enabled" in r.stderr) == logged, value
+    for value in ("ON", "yes", ""):
+        assert _run("-m", model, "-p", "Hello", "-n", 2, "-fa", value).exit_code == 2, value

@@ -104,28 +104,32 @@ def test_perturbed_copy_names_the_first_perturbed_tensor(tmp_path):
     assert code == 1 and d["first_divergence"] == "l_out-1"
 
 
-def test_divergence_from_a_build_without_avx512_is_explained(tmp_path):
+def test_divergence_from_a_build_without_avx512_is_explained(tmp_path, monkeypatch):
     """A log whose system_info line lacks AVX512 (a llama.cpp built on an AVX2 machine) gets a note on why it
-    differs in the last bits; an AVX-512 build's log, a clean comparison and a log without system_info do not."""
+    differs in the last bits; an AVX-512 build's log and a clean comparison do not. Logs without system_info
+    (stdout only) get one note where this CPU has no AVX-512."""
     text = LOG32.read_text()
     assert "AVX512 = 1" in text
     recs = {r.name: r for r in evalcb.load_trace(LOG32)}
     diverged = shift_sum(text, "ffn_out-0", 2e-3 * bound(recs["ffn_out-0"]))
     avx2 = write(tmp_path, "avx2.log", diverged.replace("AVX512 = 1 | ", "").replace("AVX512_", "X_"))
     avx512 = write(tmp_path, "avx512.log", diverged)
-    bare = write(tmp_path, "bare.log", "".join(ln for ln in diverged.splitlines(keepends=True)
-                                               if "system_info" not in ln))
+    no_info = "".join(ln for ln in text.splitlines(keepends=True) if "system_info" not in ln)
+    bare = write(tmp_path, "bare.log", no_info)
+    bare_diverged = write(tmp_path, "bare2.log", shift_sum(no_info, "ffn_out-0", 2e-3 * bound(recs["ffn_out-0"])))
     assert evalcb.build_cpu_features(avx2) >= {"AVX2", "FMA"} and "AVX512" not in evalcb.build_cpu_features(avx2)
     assert evalcb.build_cpu_features(bare) is None
-    r = run_diff(LOG32, avx2)
-    assert r.exit_code == 1
-    assert "avx2.log comes from a llama.cpp build without AVX-512" in r.stdout.replace("\n", " ")
-    assert diff_json(LOG32, avx2)[1]["notes"] == [evalcb.build_note(str(avx2), evalcb.build_cpu_features(avx2))]
-    for other in (avx512, bare):
-        code, d = diff_json(LOG32, other)
-        assert code == 1 and d["notes"] == []
-    code, d = diff_json(avx2, avx2)  # nothing to explain
-    assert code == 0 and d["notes"] == []
+    for host in (True, False):
+        monkeypatch.setattr(evalcb, "host_has_avx512", lambda: host)
+        r = run_diff(LOG32, avx2)
+        assert r.exit_code == 1
+        assert "avx2.log comes from a llama.cpp build without AVX-512" in r.stdout.replace("\n", " ")
+        code, d = diff_json(LOG32, avx2)
+        assert len(d["notes"]) == 1 and "avx2.log" in d["notes"][0]
+        assert diff_json(LOG32, avx512)[1]["notes"] == []
+        assert diff_json(avx2, avx2)[1]["notes"] == []  # nothing to explain
+        notes = diff_json(bare, bare_diverged)[1]["notes"]
+        assert notes == ([] if host else [evalcb.build_notes([("x", None)], False)[0]])
 
 
 def test_permuted_printed_values_are_a_divergence_even_with_equal_sums(tmp_path):

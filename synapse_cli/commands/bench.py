@@ -17,7 +17,7 @@ import os
 
 import click
 
-from .llama_flags import KV_CACHE_TYPES, LOAD_MODES
+from .llama_flags import FLASH_ATTN_VALUES, KV_CACHE_TYPES, LOAD_MODES
 
 from kernels.errors import SynapseError
 
@@ -123,8 +123,7 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
             raise click.ClickException(f"{flag}: invalid cache type {bad[0]!r} ({', '.join(KV_CACHE_TYPES)})")
     pairs = [(a, b) for a in tk for b in tv]  # llama-bench: for type_k: for type_v
 
-    fa_values = {"on": 1, "1": 1, "true": 1, "enabled": 1, "off": 0, "0": 0, "false": 0, "disabled": 0,
-                 "auto": -1, "-1": -1}
+    fa_values = {k: {"on": 1, "off": 0, "auto": -1}[v] for k, v in FLASH_ATTN_VALUES.items()}
     fa = []
     for v in _split(flash_attn):
         if v.lower() not in fa_values:

@@ -191,8 +191,8 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
     result = evalcb.diff_traces(a, b, tolerance=tolerance, occurrence=occurrence)
-    notes = [] if result.ok else [n for n in (evalcb.build_note(str(p), evalcb.build_cpu_features(p)) for p in traces)
-                                  if n]
+    notes = [] if result.ok else evalcb.build_notes([(str(p), evalcb.build_cpu_features(p)) for p in traces],
+                                                    evalcb.host_has_avx512())
     if as_json:
         click.echo(json.dumps({**result.to_json(), "notes": notes}, indent=1))
     else:

@@ -5,10 +5,22 @@ from __future__ import annotations
 import click
 
 
+# -fa's spellings as common/arg.cpp takes them (is_truthy / is_falsey / is_autoy, case-sensitive)
+FLASH_ATTN_VALUES = {"on": "on", "enabled": "on", "true": "on", "1": "on",
+                     "off": "off", "disabled": "off", "false": "off", "0": "off",
+                     "auto": "auto", "-1": "auto"}
+
+
+def _flash_attn_value(ctx, param, value):
+    if value not in FLASH_ATTN_VALUES:
+        raise click.BadParameter(f"unknown value {value!r} (on|off|auto, or 1|true|enabled, 0|false|disabled, -1)")
+    return FLASH_ATTN_VALUES[value]
+
+
 def flash_attn_option(f):
-    """-fa/--flash-attn on|off|auto (llama.cpp's common argument, default auto)."""
+    """-fa/--flash-attn on|off|auto (llama.cpp's common argument, default auto), given as on|off|auto."""
     return click.option(
-        "-fa", "--flash-attn", type=click.Choice(["on", "off", "auto"]), default="auto", show_default=True,
+        "-fa", "--flash-attn", metavar="[on|off|auto]", default="auto", show_default=True, callback=_flash_attn_value,
         help="Flash attention, as llama.cpp's -fa: on and auto (auto enables it on CPU, as llama.cpp does) "
              "compute llama.cpp's FLASH_ATTN_EXT graph, off its soft_max graph.")(f)
 

@@ -275,14 +275,35 @@ def diff_traces(
     )
 
 
-def build_note(label: str, features: Optional[frozenset[str]]) -> Optional[str]:
-    """Why a log of a llama.cpp build without AVX-512 differs from synapse in the last bits (None for any other
-    log): synapse computes the AVX-512 build's float order (README, "Agreement with llama.cpp")."""
-    if features is None or "AVX512" in features:
-        return None
-    return (f"note: {label} comes from a llama.cpp build without AVX-512 (its system_info line); synapse computes "
-            "the AVX-512 build's order, whose exp in soft-max and SiLU and whose F32/F16 dot products differ from "
-            "this build's in the last bits, more so layer after layer (tests/reference/README.md)")
+def host_has_avx512() -> Optional[bool]:
+    """Whether this CPU has AVX-512 (/proc/cpuinfo's avx512f), None where that cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return None
+
+
+_WHY = ("synapse computes the AVX-512 build's order, whose exp in soft-max and SiLU and whose F32/F16 dot products "
+        "differ from such a build's in the last bits, more so layer after layer (tests/reference/README.md)")
+
+
+def build_notes(logs: list[tuple[str, Optional[frozenset[str]]]], host_avx512: Optional[bool]) -> list[str]:
+    """Why a log of a llama.cpp build without AVX-512 differs from synapse in the last bits (README, "Agreement
+    with llama.cpp"). logs: (label, the CPU features of its system_info line or None). A note for each log whose
+    system_info lacks AVX512; when no log has that line (stdout only), one note if this CPU has no AVX-512, as
+    then a llama.cpp built here has none either."""
+    with_info = [(label, features) for label, features in logs if features is not None]
+    if with_info:
+        return [f"note: {label} comes from a llama.cpp build without AVX-512 (its system_info line); {_WHY}"
+                for label, features in with_info if "AVX512" not in features]
+    if host_avx512 is False:
+        return [f"note: this CPU has no AVX-512, so a llama.cpp built on it has none either; if the log comes from "
+                f"one, {_WHY}"]
+    return []
 
 
 def render_diff(diff: TraceDiff, console, *, label_a: str = "A", label_b: str = "B") -> None:
