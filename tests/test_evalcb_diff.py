@@ -241,7 +241,7 @@ def test_unreadable_input_exits_2_with_one_stderr_line(tmp_path):
         for args in ((bad, LOG32), (LOG32, bad)):
             r = run_diff(*args)
             assert r.exit_code == 2, (bad, r.stdout)
-            assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("error: ")
+            assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("Error: ")
             assert bad.name in r.stderr
 
 

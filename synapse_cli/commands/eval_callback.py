@@ -188,7 +188,7 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         _check_complete(a, b, label_a, label_b)
     except SynapseError as e:
         # exit code 1 means "diverged": anything that prevents a comparison is 2
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"Error: {e}", err=True)
         ctx.exit(2)
     result = evalcb.diff_traces(a, b, tolerance=tolerance, occurrence=occurrence)
     notes = [] if result.ok else evalcb.build_notes([(str(p), evalcb.build_cpu_features(p)) for p in traces],
