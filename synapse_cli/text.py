@@ -60,22 +60,18 @@ def process_escapes(text: str) -> str:
     return process_escapes_bytes(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
 
 
-def read_prompt(prompt: str | None, file: str | None, escape: bool) -> bytes | None:
+def read_prompt(prompt: str | None, file: str | None, escape: bool, file_last: bool = False) -> bytes | None:
     """The prompt as common_params_parse leaves it (common/arg.cpp): -p's bytes as given on the command line,
     or -f's file with one trailing newline stripped; then, unless --no-escape, escapes processed (in both
     cases, as llama.cpp does). Raw bytes: llama.cpp tokenizes what it gets, valid UTF-8 or not. None when
-    neither is given."""
+    neither is given. Both given: each sets the prompt in turn, so the last one (file_last) counts, and the
+    file is read either way (a file that cannot be read is an error, as there)."""
     import os
 
-    from kernels.errors import SynapseError
-
-    if prompt is not None and file is not None:
-        raise SynapseError("give either -p/--prompt or -f/--file, not both")
-    if file is not None:
-        data = read_text_file(file)
-    elif prompt is not None:
+    data = read_text_file(file) if file is not None else None
+    if prompt is not None and (data is None or not file_last):
         data = os.fsencode(prompt)  # the argv bytes (Python keeps undecodable ones as surrogates)
-    else:
+    if data is None:
         return None
     return process_escapes_bytes(data) if escape else data
 

@@ -233,3 +233,23 @@ def test_flash_attn_takes_llama_cpp_spellings():
         assert r.exit_code == 0 and ("resolve_fused_ops: Flash Attention enabled" in r.stderr) == logged, value
     for value in ("ON", "yes", ""):
         assert _run("-m", model, "-p", "Hello", "-n", 2, "-fa", value).exit_code == 2, value
+
+
+def test_prompt_and_file_the_last_one_counts(tmp_path):
+    """-p and -f both set llama.cpp's prompt (common/arg.cpp), so the one given last counts; the file is read
+    either way, and one that cannot be read is an error even before a later -p."""
+    model = TINY_MODELS / "tiny-llama-Q8_0.gguf"
+    f = tmp_path / "p.txt"
+    f.write_text("Bonjour le monde\n")
+
+    def ids(*args):
+        r = _run("-m", model, "-n", 1, "--json", *args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["prompt_ids"]
+
+    from_file, from_p = ids("-f", f), ids("-p", "Hello")
+    assert from_file != from_p
+    assert ids("-p", "Hello", "-f", f) == from_file
+    assert ids("-f", f, "-p", "Hello") == from_p
+    r = _run("-m", model, "-n", 1, "-f", tmp_path / "missing.txt", "-p", "Hello")
+    assert r.exit_code == 1 and "failed to open file" in r.stderr and r.stderr.count("\n") == 1

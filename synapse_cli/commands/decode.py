@@ -18,7 +18,7 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, resolve_flash_attn)
+                          load_mode_option, note_prompt_source, prompt_file_last, resolve_flash_attn)
 from .sampling_options import sampling_given, sampling_options, sampling_params
 
 
@@ -52,8 +52,10 @@ def default_threads() -> int:
 
 @click.command("decode", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
-@click.option("-p", "--prompt", default=None, help="Prompt text (escapes such as \\n processed unless --no-escape).")
-@click.option("-f", "--file", "prompt_file", default=None, help="Read the prompt from a file (one trailing newline stripped).")
+@click.option("-p", "--prompt", default=None, callback=note_prompt_source,
+              help="Prompt text (escapes such as \\n processed unless --no-escape).")
+@click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
+              help="Read the prompt from a file (one trailing newline stripped; with -p, the last one given counts).")
 @click.option("-n", "--n-predict", default=-1, show_default=True, help="Tokens to generate; -1 = until end of generation or full context.")
 @click.option("-c", "--ctx-size", default=0, show_default=True, help="Context size; 0 = the model's training context.")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
@@ -121,7 +123,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         raise SynapseError(f"failed to load model '{model_path}': file not found")
     from ..text import read_prompt
 
-    text = read_prompt(prompt, prompt_file, escape) or b""
+    text = read_prompt(prompt, prompt_file, escape, prompt_file_last()) or b""
     if conversation:
         if chat_template and chat_template_file:
             raise SynapseError("--chat-template and --chat-template-file are exclusive; give one")

@@ -23,7 +23,7 @@ from .. import evalcb
 from kernels.errors import SynapseError
 from ..text import read_prompt
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
-                          resolve_flash_attn)
+                          note_prompt_source, prompt_file_last, resolve_flash_attn)
 
 
 
@@ -85,9 +85,9 @@ def _check_complete(a, b, label_a: str, label_b: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option("-m", "--model", type=click.Path(dir_okay=False, path_type=Path), help="GGUF model.")
-@click.option("-p", "--prompt", help="Prompt, decoded as one batch.")
-@click.option("-f", "--file", "prompt_file", default=None,
-              help="Read the prompt from a file (one trailing newline stripped).")
+@click.option("-p", "--prompt", callback=note_prompt_source, help="Prompt, decoded as one batch.")
+@click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
+              help="Read the prompt from a file (one trailing newline stripped; with -p, the last one given counts).")
 @_run_options
 @click.option("--tensor-filter", "tensor_filter", multiple=True, metavar="REGEX",
               help="Print only tensors whose name matches REGEX at its start (repeatable, like llama-debug).")
@@ -109,7 +109,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
         return
     if model is None:
         raise click.UsageError("missing -m/--model (or use the 'diff' subcommand)")
-    prompt = read_prompt(prompt, prompt_file, escape)
+    prompt = read_prompt(prompt, prompt_file, escape, prompt_file_last())
     if prompt is None:
         raise click.UsageError("missing -p/--prompt")
     try:
@@ -136,9 +136,10 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path), metavar="A B")
 @click.option("-m", "--model", type=click.Path(dir_okay=False, path_type=Path),
               help="Run synapse live on this model as side A (then give one trace, B).")
-@click.option("-p", "--prompt", help="Prompt of the live run.")
-@click.option("-f", "--file", "prompt_file", default=None,
-              help="Read the live run's prompt from a file (one trailing newline stripped).")
+@click.option("-p", "--prompt", callback=note_prompt_source, help="Prompt of the live run.")
+@click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
+              help="Read the live run's prompt from a file (one trailing newline stripped; with -p, the last one "
+                   "given counts).")
 @_run_options
 @click.option("--tolerance", type=click.FloatRange(min=0.0), default=1e-4, show_default=True,
               help="Largest relative sum difference counted as equal.")
@@ -177,7 +178,7 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         if model is not None:
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
-            _live_trace(model, read_prompt(prompt, prompt_file, escape), threads, ctx_size, batch, ubatch,
+            _live_trace(model, read_prompt(prompt, prompt_file, escape, prompt_file_last()), threads, ctx_size, batch, ubatch,
                         cache_type_k, cache_type_v, recorder, flash_attn)
             a = recorder.records
             label_a, label_b = f"synapse {model.name}", str(traces[0])

@@ -17,6 +17,19 @@ def _flash_attn_value(ctx, param, value):
     return FLASH_ATTN_VALUES[value]
 
 
+def note_prompt_source(ctx, param, value):
+    """Callback of -p and -f: both set common_params' prompt, so the one given last counts. click calls the
+    callbacks of the options given in command-line order; this records which came last."""
+    if value is not None:
+        ctx.meta["synapse.prompt_file_last"] = param.name == "prompt_file"
+    return value
+
+
+def prompt_file_last() -> bool:
+    """Whether -f came after -p on this command line (read_prompt's file_last)."""
+    return click.get_current_context().meta.get("synapse.prompt_file_last", False)
+
+
 def flash_attn_option(f):
     """-fa/--flash-attn on|off|auto (llama.cpp's common argument, default auto), given as on|off|auto."""
     return click.option(
