@@ -276,15 +276,11 @@ def diff_traces(
 
 
 def host_has_avx512() -> Optional[bool]:
-    """Whether this CPU has AVX-512 (/proc/cpuinfo's avx512f), None where that cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return "avx512f" in line.split()
-    except OSError:
-        pass
-    return None
+    """Whether this CPU has AVX-512, as kernels/config.py's CPU_FEATURES sees it (None where that names no x86
+    feature at all, e.g. NUMBA_CPU_NAME=generic)."""
+    from kernels.config import CPU_FEATURES  # (imports numba: called only when a comparison diverged)
+
+    return "avx512f" in CPU_FEATURES if CPU_FEATURES else None
 
 
 _WHY = ("synapse computes the AVX-512 build's order, whose exp in soft-max and SiLU and whose F32/F16 dot products "
