@@ -30,6 +30,7 @@ from kernels.fp16 import fma_f32, jit, pjit
 from kernels.quants._bits import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, read_u16
 from kernels.quants.vec_dot_type import q8_0_row, q8_1_row
 from kernels.quants.floats import _dpbf16_step, _reduce_add16_arr
+from kernels.quants.iq4 import KVALUES_IQ4NL  # ggml-common.h kvalues_iq4nl: the 16 levels of IQ4_NL
 
 # cache type name -> (code, bytes per 32 values); f16/f32 are the plain float caches
 KV_TYPES = {"f32": (0, 128), "f16": (1, 64), "bf16": (2, 64), "q8_0": (3, 34), "q4_0": (4, 18),
@@ -37,8 +38,6 @@ KV_TYPES = {"f32": (0, 128), "f16": (1, 64), "bf16": (2, 64), "q8_0": (3, 34), "
 F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL = range(9)
 QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 BLOCK_BYTES = (34, 18, 20, 22, 24, 18)  # Q8_0 .. IQ4_NL
-# ggml-common.h kvalues_iq4nl: the 16 levels of IQ4_NL
-KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
 
 def cell_array(type_name: str, n_ctx: int, n_head_kv: int, head_dim: int) -> np.ndarray:

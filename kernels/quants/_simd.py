@@ -11,6 +11,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
+               lut16 (vpshufb: a 16-byte table looked up by 4-bit indices),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed)
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
@@ -448,6 +449,19 @@ def dpbssd_sign(typingctx, acc, q, a):
         return builder.add(args[0], _call(builder, "llvm.x86.avx2.pmadd.wd", t, [p, ir.Constant(w16, [1] * 16)]))
 
     return V8I32(acc, q, a), codegen
+
+
+@intrinsic
+def lut16(typingctx, table, idx):
+    """vpshufb: byte i = table[idx[i]] (idx < 16) from the 16 table bytes in each 128-bit half (bcast16b): a
+    4-bit index to a byte of a 16-entry table, as ggml's IQ4_NL kernels decode kvalues_iq4nl."""
+    if table != V32I8 or idx != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(), args)
+
+    return V32I8(table, idx), codegen
 
 
 @intrinsic

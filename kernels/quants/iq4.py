@@ -1,0 +1,402 @@
+"""IQ4_NL and IQ4_XS: 4-bit indices into ggml's non-linear table kvalues_iq4nl (ggml-common.h).
+
+IQ4_NL block (18 bytes, 32 weights; the byte layout of Q4_0):
+    [0:2)   d   fp16
+    [2:18)  qs  byte j = hhhh llll:  w[j] = d * kvalues[llll],  w[j + 16] = d * kvalues[hhhh]   (j < 16)
+
+IQ4_XS super-block (136 bytes, 256 weights = 8 sub-blocks of 32):
+    [0:2)    d         fp16
+    [2:4)    scales_h  u16 little endian: bits 2ib, 2ib+1 = the high 2 bits of sub-block ib's scale
+    [4:8)    scales_l  byte ib/2, nibble ib%2 = the low 4 bits of sub-block ib's scale
+    [8:136)  qs        sub-block ib's 16 bytes at 16ib, as IQ4_NL's: w = (d * (ls - 32)) * kvalues[nibble]
+
+Dequantizers: ggml-quants.c dequantize_row_iq4_nl / _iq4_xs. Products, as llama.cpp's x86 build runs them (every
+integer sum is exact; the float operations per output are ggml's, in its order):
+
+    IQ4_NL, rows a multiple of 8   repacked (iq4_nl_8x8, arch/x86/repack.cpp gemv/gemm_q4_b32_8x8_q8_0_lut_avx,
+                                   Q4_0's kernels with this table), one token or many:
+                                       sumf = fma((float)sumi, dx * dy, sumf) per block             SUMI_FMA
+    IQ4_NL, other row counts       one token: AVX2 ggml_vec_dot_iq4_nl_q8_0, two accumulators (even, odd
+                                   blocks) of 8 lanes, acc = fma(dy * dx, (float)lane, acc), then
+                                   hsum_float_8(even + odd), then an odd last block as s + d * (float)sumi     PAIRS
+                                   batches: tinyBLAS_Q0_AVX, one accumulator of 8 lanes, hsum           LANES
+    IQ4_XS (any row count)         one token: AVX2 ggml_vec_dot_iq4_xs_q8_K (no repack, no tinyBLAS):
+                                   lane = sum over sub-blocks of (ls - 32) * 4-product sum (vpmaddwd),
+                                   acc = fma(dx * y.d, (float)lane, acc) per super-block, hsum_float_8   XS
+                                   batches below kquants.TILED_MIN_BATCH tokens: the same; from there on
+                                   llama.cpp's tiled matmul (ggml-cpu/tiled, as for the K-quants): per
+                                   super-block s1 = the exact sum of all its lanes,
+                                   acc = fma(dx * (float)s1, y.d, acc)                              TILED
+
+(lane j of a 32-weight block = its elements 4j..4j+3 for j < 4 and 16 + 4(j-4).. for j >= 4: the low nibbles of
+qs bytes 4j..4j+3, then the high ones; hsum_float_8 = ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).)
+
+Fast path (AVX2): rows interleaved in groups of 8 at load, so that a 32-byte vector holds 4 bytes of each row and
+one vpshufb + sign-trick vpmaddubsw/vpmaddwd (ggml's mul_sum_i8_pairs; exact: |pair sums| <= 2 * 127 * 127) gives
+one lane of the 8 rows (int32 lane r = row r):
+    IQ4_NL group-block (144 bytes): [0:16) the 8 rows' d; [16:144) chunk c = qs bytes 4c..4c+3 of rows 0..7
+    IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 as int32
+        of rows 0..7 at 16 + 32ib; [272:1296) sub-block ib's 4 chunks at 272 + 128ib (as IQ4_NL's)
+Without AVX2 the same operations run on scalars, lane by lane (the SCALAR kernels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import ijit, jit, pjit
+from ..fp16 import fma_f32
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from . import q32
+from .kquants import TILED_MIN_BATCH
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, add32, and8, bcast16b, bcast4, cvt_f32, dpbssd_sign, fadd, ffma, fmul, lanef, load32,
+                    load8_f16, load8x32, lut16, mul32, splat8, splatf, srl16, zero32, zerof)
+from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
+
+# ggml-common.h kvalues_iq4nl: the 16 levels of IQ4_NL and IQ4_XS (also the IQ4_NL KV cache's, kernels/kv_cache.py)
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+
+NL_BYTES = BLOCK_GEOMETRY[GGMLType.IQ4_NL][1]  # 18
+XS_BYTES = BLOCK_GEOMETRY[GGMLType.IQ4_XS][1]  # 136
+QK = 32
+G = 8  # rows per interleaved group
+NL_GB = 144  # bytes per IQ4_NL group-block
+XS_GB = 1296  # bytes per IQ4_XS group-super-block
+XS_Q = 272  # offset of the quants in an IQ4_XS group-super-block
+
+# float sequence per output (module docstring)
+SUMI_FMA = q32.SUMI_FMA
+LANES = q32.LANES
+PAIRS = 7
+XS = 8
+TILED = 9
+
+
+# ----------------------------------------------------------------------------------------- dequantize
+
+@jit
+def xs_scale(row, o, ib):
+    """Sub-block ib's scale ls - 32 of the IQ4_XS super-block at byte o of row."""
+    ls = ((row[o + 4 + ib // 2] >> (4 * (ib % 2))) & 15) | (((read_u16(row, o + 2) >> (2 * ib)) & 3) << 4)
+    return np.int32(ls) - 32
+
+
+@jit
+def dequantize_nl(raw, ids, out):
+    K = out.shape[1]
+    for i in range(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK):
+            o = b * NL_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            for j in range(16):
+                q = row[o + 2 + j]
+                out[i, QK * b + j] = np.float32(d * np.float32(KVALUES_IQ4NL[q & 15]))
+                out[i, QK * b + j + 16] = np.float32(d * np.float32(KVALUES_IQ4NL[q >> 4]))
+
+
+@jit
+def dequantize_xs(raw, ids, out):
+    K = out.shape[1]
+    for i in range(ids.shape[0]):
+        row = raw[ids[i]]
+        for b in range(K // QK_K):
+            o = b * XS_BYTES
+            d = f16_to_f32(read_u16(row, o))
+            for ib in range(8):
+                dl = np.float32(d * np.float32(xs_scale(row, o, ib)))
+                for j in range(16):
+                    q = row[o + 8 + 16 * ib + j]
+                    out[i, QK_K * b + QK * ib + j] = np.float32(dl * np.float32(KVALUES_IQ4NL[q & 15]))
+                    out[i, QK_K * b + QK * ib + j + 16] = np.float32(dl * np.float32(KVALUES_IQ4NL[q >> 4]))
+
+
+# ----------------------------------------------------------------------------------------- scalar kernels
+
+@jit
+def _hsum8(A):
+    """hsum_float_8 of the 8 floats A[0..7]."""
+    return np.float32(np.float32(np.float32(A[4] + A[0]) + np.float32(A[6] + A[2]))
+                      + np.float32(np.float32(A[5] + A[1]) + np.float32(A[7] + A[3])))
+
+
+@jit
+def _lanes_scalar(row, o, qa, t, e0, L):
+    """L[j] = lane j's 4-product sum of the 32 quants (16 qs bytes at o) with activations qa[t, e0:e0+32]."""
+    for j in range(8):
+        s = 0
+        for k in range(4):
+            e = 4 * j + k
+            q = row[o + e % 16]
+            v = KVALUES_IQ4NL[q & 15] if e < 16 else KVALUES_IQ4NL[q >> 4]
+            s += np.int32(v) * np.int32(qa[t, e0 + e])
+        L[j] = s
+
+
+@pjit
+def _mm_scalar(raw, MODE, qa, yd, out):
+    """out (T, N) in the float sequence MODE (module docstring) from the raw rows, lane by lane."""
+    T, K = qa.shape
+    N = out.shape[1]
+    for n in prange(N):
+        row = raw[n]
+        L = np.zeros(8, np.int32)
+        A = np.zeros(8, np.float32)
+        B = np.zeros(8, np.float32)
+        acc = np.zeros(8, np.int32)
+        for t in range(T):
+            A[:] = 0
+            B[:] = 0
+            s = np.float32(0)
+            if MODE == XS or MODE == TILED:
+                for sb in range(K // QK_K):
+                    o = sb * XS_BYTES
+                    acc[:] = 0
+                    for ib in range(8):
+                        _lanes_scalar(row, o + 8 + 16 * ib, qa, t, QK_K * sb + QK * ib, L)
+                        ls = xs_scale(row, o, ib)
+                        for j in range(8):
+                            acc[j] += ls * L[j]
+                    dx = f16_to_f32(read_u16(row, o))
+                    if MODE == TILED:
+                        s = fma_f32(np.float32(dx * np.float32(acc.sum())), yd[t, sb], s)
+                        continue
+                    d = np.float32(dx * yd[t, sb])
+                    for j in range(8):
+                        A[j] = fma_f32(d, np.float32(acc[j]), A[j])
+                out[t, n] = s if MODE == TILED else _hsum8(A)
+                continue
+            nb = K // QK
+            for b in range(nb):
+                o = b * NL_BYTES
+                _lanes_scalar(row, o + 2, qa, t, QK * b, L)
+                dx = f16_to_f32(read_u16(row, o))
+                if MODE == SUMI_FMA:
+                    s = fma_f32(np.float32(L.sum()), np.float32(dx * yd[t, b]), s)
+                elif MODE == LANES or b < nb - nb % 2:  # PAIRS: the blocks of the pairs
+                    d = np.float32(yd[t, b] * dx)
+                    for j in range(8):
+                        if MODE == PAIRS and b % 2 == 1:
+                            B[j] = fma_f32(d, np.float32(L[j]), B[j])
+                        else:
+                            A[j] = fma_f32(d, np.float32(L[j]), A[j])
+            if MODE == SUMI_FMA:
+                out[t, n] = s
+                continue
+            if MODE == PAIRS:
+                for j in range(8):
+                    A[j] = np.float32(A[j] + B[j])
+            s = _hsum8(A)
+            if MODE == PAIRS and nb % 2 == 1:  # the last block: sumf += d * sumi, not fused
+                o = (nb - 1) * NL_BYTES
+                _lanes_scalar(row, o + 2, qa, t, QK * (nb - 1), L)
+                s = np.float32(s + np.float32(np.float32(yd[t, nb - 1] * f16_to_f32(read_u16(row, o)))
+                                              * np.float32(L.sum())))
+            out[t, n] = s
+
+
+# ----------------------------------------------------------------------------------------- AVX2 kernels
+
+@ijit
+def _lane(w, o, j, qa, oa, lut, m0f):
+    """int32 vector, lane r = row r's lane j of the group-block whose chunks start at o (activations at oa)."""
+    c = load32(w, o + 32 * (j % 4))
+    q = and8(c, m0f) if j < 4 else and8(srl16(c, 4), m0f)
+    return dpbssd_sign(zero32(), lut16(lut, q), bcast4(qa, oa + 4 * j))
+
+
+@ijit
+def _lanes(w, o, qa, oa, lut, m0f):
+    return (_lane(w, o, 0, qa, oa, lut, m0f), _lane(w, o, 1, qa, oa, lut, m0f), _lane(w, o, 2, qa, oa, lut, m0f),
+            _lane(w, o, 3, qa, oa, lut, m0f), _lane(w, o, 4, qa, oa, lut, m0f), _lane(w, o, 5, qa, oa, lut, m0f),
+            _lane(w, o, 6, qa, oa, lut, m0f), _lane(w, o, 7, qa, oa, lut, m0f))
+
+
+@ijit
+def _sumi(L):
+    return add32(add32(add32(L[0], L[1]), add32(L[2], L[3])), add32(add32(L[4], L[5]), add32(L[6], L[7])))
+
+
+@ijit
+def _fma8(d, L, A):
+    """A[j] = fma(d, (float)L[j], A[j]) for the 8 lanes."""
+    return (ffma(d, cvt_f32(L[0]), A[0]), ffma(d, cvt_f32(L[1]), A[1]), ffma(d, cvt_f32(L[2]), A[2]),
+            ffma(d, cvt_f32(L[3]), A[3]), ffma(d, cvt_f32(L[4]), A[4]), ffma(d, cvt_f32(L[5]), A[5]),
+            ffma(d, cvt_f32(L[6]), A[6]), ffma(d, cvt_f32(L[7]), A[7]))
+
+
+@ijit
+def _hsum8v(A):
+    """hsum_float_8 lane-wise over the 8 rows."""
+    return fadd(fadd(fadd(A[4], A[0]), fadd(A[6], A[2])), fadd(fadd(A[5], A[1]), fadd(A[7], A[3])))
+
+
+@jit
+def _rows_nl(w, go, MODE, qa, t, yd, lut):
+    """The 8 rows of the IQ4_NL group at byte go with token t: <8 x float>, lane r = row r."""
+    K = qa.shape[1]
+    nb = K // QK
+    m0f = splat8(15)
+    z = zerof()
+    A = (z, z, z, z, z, z, z, z)
+    B = A
+    s = z
+    for b in range(nb):
+        o = go + b * NL_GB
+        L = _lanes(w, o + 16, qa, t * K + QK * b, lut, m0f)
+        dx = load8_f16(w, o)
+        if MODE == SUMI_FMA:
+            s = ffma(cvt_f32(_sumi(L)), fmul(dx, splatf(yd[t, b])), s)
+        elif MODE == LANES:
+            A = _fma8(fmul(splatf(yd[t, b]), dx), L, A)
+        elif b < nb - nb % 2:  # PAIRS
+            if b % 2 == 0:
+                A = _fma8(fmul(splatf(yd[t, b]), dx), L, A)
+            else:
+                B = _fma8(fmul(splatf(yd[t, b]), dx), L, B)
+        else:  # PAIRS, an odd last block
+            s = _hsum8v((fadd(A[0], B[0]), fadd(A[1], B[1]), fadd(A[2], B[2]), fadd(A[3], B[3]),
+                         fadd(A[4], B[4]), fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7])))
+            return fadd(s, fmul(fmul(splatf(yd[t, b]), dx), cvt_f32(_sumi(L))))
+    if MODE == SUMI_FMA:
+        return s
+    if MODE == PAIRS:
+        return _hsum8v((fadd(A[0], B[0]), fadd(A[1], B[1]), fadd(A[2], B[2]), fadd(A[3], B[3]),
+                        fadd(A[4], B[4]), fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7])))
+    return _hsum8v(A)
+
+
+@ijit
+def _xs_lane(w, o, j, qa, oa, lut, m0f):
+    """Lane j of the 8 rows over the super-block at o: sum over sub-blocks ib of (ls - 32) * lane j of ib."""
+    acc = zero32()
+    for ib in range(8):
+        acc = add32(acc, mul32(load8x32(w, o + 16 + 32 * ib), _lane(w, o + XS_Q + 128 * ib, j, qa, oa + QK * ib,
+                                                                    lut, m0f)))
+    return acc
+
+
+@jit
+def _rows_xs(w, go, MODE, qa, t, yd, lut):
+    """The 8 rows of the IQ4_XS group at byte go with token t: <8 x float>, lane r = row r."""
+    K = qa.shape[1]
+    m0f = splat8(15)
+    if MODE == TILED:
+        s = zerof()
+        for sb in range(K // QK_K):
+            o = go + sb * XS_GB
+            oa = t * K + QK_K * sb
+            s1 = add32(add32(add32(_xs_lane(w, o, 0, qa, oa, lut, m0f), _xs_lane(w, o, 1, qa, oa, lut, m0f)),
+                             add32(_xs_lane(w, o, 2, qa, oa, lut, m0f), _xs_lane(w, o, 3, qa, oa, lut, m0f))),
+                       add32(add32(_xs_lane(w, o, 4, qa, oa, lut, m0f), _xs_lane(w, o, 5, qa, oa, lut, m0f)),
+                             add32(_xs_lane(w, o, 6, qa, oa, lut, m0f), _xs_lane(w, o, 7, qa, oa, lut, m0f))))
+            s = ffma(fmul(load8_f16(w, o), cvt_f32(s1)), splatf(yd[t, sb]), s)
+        return s
+    A0 = zerof()
+    A1 = zerof()
+    A2 = zerof()
+    A3 = zerof()
+    A4 = zerof()
+    A5 = zerof()
+    A6 = zerof()
+    A7 = zerof()
+    for sb in range(K // QK_K):
+        o = go + sb * XS_GB
+        oa = t * K + QK_K * sb
+        d = fmul(load8_f16(w, o), splatf(yd[t, sb]))
+        A0 = ffma(d, cvt_f32(_xs_lane(w, o, 0, qa, oa, lut, m0f)), A0)
+        A1 = ffma(d, cvt_f32(_xs_lane(w, o, 1, qa, oa, lut, m0f)), A1)
+        A2 = ffma(d, cvt_f32(_xs_lane(w, o, 2, qa, oa, lut, m0f)), A2)
+        A3 = ffma(d, cvt_f32(_xs_lane(w, o, 3, qa, oa, lut, m0f)), A3)
+        A4 = ffma(d, cvt_f32(_xs_lane(w, o, 4, qa, oa, lut, m0f)), A4)
+        A5 = ffma(d, cvt_f32(_xs_lane(w, o, 5, qa, oa, lut, m0f)), A5)
+        A6 = ffma(d, cvt_f32(_xs_lane(w, o, 6, qa, oa, lut, m0f)), A6)
+        A7 = ffma(d, cvt_f32(_xs_lane(w, o, 7, qa, oa, lut, m0f)), A7)
+    return _hsum8v((A0, A1, A2, A3, A4, A5, A6, A7))
+
+
+@pjit
+def _mm_avx2(w, MODE, qa, yd, table, out):
+    """out (T, N): per group of 8 rows (in parallel), every token."""
+    N = out.shape[1]
+    lut = bcast16b(table, 0)
+    for g in prange(w.shape[0]):
+        go = g * w.shape[1]
+        for t in range(qa.shape[0]):
+            s = _rows_xs(w, go, MODE, qa, t, yd, lut) if MODE >= XS else _rows_nl(w, go, MODE, qa, t, yd, lut)
+            for r in range(G):
+                if G * g + r < N:
+                    out[t, G * g + r] = lanef(s, r)
+
+
+@pjit
+def _repack_xs(raw, out):
+    """raw (N, nb*136) -> out (ceil(N/8), nb*1296) in the layout above; rows past N repeat row N-1."""
+    N = raw.shape[0]
+    nb = raw.shape[1] // XS_BYTES
+    for g in prange(out.shape[0]):
+        for r in range(G):
+            n = min(G * g + r, N - 1)
+            row = raw[n]
+            for b in range(nb):
+                o = b * XS_BYTES
+                q = b * XS_GB
+                out[g, q + 2 * r] = row[o]
+                out[g, q + 2 * r + 1] = row[o + 1]
+                for ib in range(8):
+                    ls = xs_scale(row, o, ib)
+                    p = q + 16 + 32 * ib + 4 * r
+                    for k in range(4):  # int32 little endian
+                        out[g, p + k] = np.uint8((ls >> (8 * k)) & 255)
+                    for c in range(4):
+                        for k in range(4):
+                            out[g, q + XS_Q + 128 * ib + 32 * c + 4 * r + k] = row[o + 8 + 16 * ib + 4 * c + k]
+
+
+# ----------------------------------------------------------------------------------------- formats
+
+_NL_RAW = (NL_BYTES, 2, -1, -1)  # q32.pack's raw layout: block bytes, qs offset, no fifth bits, no minimum
+
+
+def _pack_nl(raw, K):
+    """(interleaved rows or the raw rows, single-token mode, batch mode of llama.cpp)."""
+    repacked = llama_repacks(GGMLType.IQ4_NL, raw.shape[0])
+    modes = (SUMI_FMA, SUMI_FMA) if repacked else (PAIRS, LANES)
+    if not HAS_AVX2:
+        return (raw,) + modes
+    return q32.pack(raw, *_NL_RAW, NL_GB, -1, 16, False) + modes
+
+
+def _pack_xs(raw, K):
+    if not HAS_AVX2:
+        return (raw, XS, TILED)
+    out = empty_aligned(((raw.shape[0] + G - 1) // G, raw.shape[1] // XS_BYTES * XS_GB), np.uint8)
+    run_repack(_repack_xs, raw, out)
+    return (out, XS, TILED)
+
+
+def _run(packed, a, out, mode):
+    if HAS_AVX2:
+        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, out)
+    else:
+        _mm_scalar(packed[0], mode, a.qs, a.d, out)
+
+
+def _mm(packed, a, out):
+    """Every row in the single-token order (gemv, and the default batch-invariant gemm)."""
+    _run(packed, a, out, packed[1])
+
+
+def _mm_llama(packed, a, out):
+    """A batch in llama.cpp's batch order (tinyBLAS for IQ4_NL weights it does not repack, the tiled matmul for
+    IQ4_XS from TILED_MIN_BATCH tokens)."""
+    tiled_too_small = packed[2] == TILED and a.qs.shape[0] < TILED_MIN_BATCH
+    _run(packed, a, out, packed[1] if tiled_too_small else packed[2])
+
+
+FORMAT_NL = register(BlockFormat(GGMLType.IQ4_NL, QK, NL_BYTES, GGMLType.Q8_0, dequantize_nl, _pack_nl, _mm, _mm,
+                                 _mm_llama))
+FORMAT_XS = register(BlockFormat(GGMLType.IQ4_XS, QK_K, XS_BYTES, GGMLType.Q8_K, dequantize_xs, _pack_xs, _mm, _mm,
+                                 _mm_llama))
