@@ -22,7 +22,9 @@ MODELS = ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-mistral3-F32", "tiny-lla
 
 
 def _load(name: str) -> Model:
-    return Model.load(TINY_MODELS / f"{name}.gguf")
+    """A fixtures tiny model, or one re-quantized here (tests/reference/models: the IQ4 types)."""
+    path = TINY_MODELS / f"{name}.gguf"
+    return Model.load(path if path.exists() else REPO / "tests" / "reference" / "models" / path.name)
 
 
 def _run(model: Model, n_ubatch: int, cache: str, step_tokens: int | None = None, prompt: list[int] = PROMPT,
@@ -218,7 +220,7 @@ LONG_PROMPT = [(7 * i * i + 3 * i + 11) % 1000 + 2 for i in range(140)]
 
 @pytest.mark.parametrize("name", ["tiny-llama-Q4_K_M", "tiny-llama-Q6_K", "tiny-llama-Q4_0", "tiny-llama-Q4_1",
                                   "tiny-llama-Q5_0", "tiny-llama-Q5_1", "tiny-llama-Q8_0", "tiny-qwen2-Q8_0",
-                                  "tiny-qwen2-Q4_K_M"])
+                                  "tiny-qwen2-Q4_K_M", "tiny-llama-IQ4_NL", "tiny-llama-IQ4_XS"])
 def test_one_call_blocks_equal_the_operations(name, monkeypatch):
     """kernels/layer.py, a token's blocks in one jitted call (decode_layers_for, the default decode path) or each
     block in one call (decode_block_for), gives the bits of the op-by-op path: every token's logits and the

@@ -54,6 +54,7 @@ from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, add32, and8, bcast16b, bcast4, cvt_f32, dpbssd_sign, fadd, ffma, fmul, lanef, load32,
                     load8_f16, load8x32, lut16, mul32, splat8, splatf, srl16, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
+from .vec_dot_type import q8_0_row, q8_K_row
 
 # ggml-common.h kvalues_iq4nl: the 16 levels of IQ4_NL and IQ4_XS (also the IQ4_NL KV cache's, kernels/kv_cache.py)
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
@@ -233,7 +234,7 @@ def _hsum8v(A):
     return fadd(fadd(fadd(A[4], A[0]), fadd(A[6], A[2])), fadd(fadd(A[5], A[1]), fadd(A[7], A[3])))
 
 
-@jit
+@ijit
 def _rows_nl(w, go, MODE, qa, t, yd, lut):
     """The 8 rows of the IQ4_NL group at byte go with token t: <8 x float>, lane r = row r."""
     K = qa.shape[1]
@@ -278,7 +279,7 @@ def _xs_lane(w, o, j, qa, oa, lut, m0f):
     return acc
 
 
-@jit
+@ijit
 def _rows_xs(w, go, MODE, qa, t, yd, lut):
     """The 8 rows of the IQ4_XS group at byte go with token t: <8 x float>, lane r = row r."""
     K = qa.shape[1]
@@ -320,15 +321,77 @@ def _rows_xs(w, go, MODE, qa, t, yd, lut):
 @pjit
 def _mm_avx2(w, MODE, qa, yd, table, out):
     """out (T, N): per group of 8 rows (in parallel), every token."""
-    N = out.shape[1]
     lut = bcast16b(table, 0)
     for g in prange(w.shape[0]):
         go = g * w.shape[1]
         for t in range(qa.shape[0]):
-            s = _rows_xs(w, go, MODE, qa, t, yd, lut) if MODE >= XS else _rows_nl(w, go, MODE, qa, t, yd, lut)
-            for r in range(G):
-                if G * g + r < N:
-                    out[t, G * g + r] = lanef(s, r)
+            _store8(out, t, g, _rows_xs(w, go, MODE, qa, t, yd, lut) if MODE >= XS
+                    else _rows_nl(w, go, MODE, qa, t, yd, lut))
+
+
+@ijit
+def _store8(out, t, g, s):
+    """out[t, 8g:8g+8] = s (lane r = row 8g + r), as far as the matrix has rows."""
+    N = out.shape[1]
+    for r in range(G):
+        if G * g + r < N:
+            out[t, G * g + r] = lanef(s, r)
+
+
+@jit
+def _span(w, g0, g1, MODE, qa, yd, lut, out):
+    """Groups [g0, g1) of one token, the two halves in alternation (two sequential streams, as gemv1's spans)."""
+    h = (g1 - g0) // 2
+    for i in range(g0, g0 + h):
+        if MODE >= XS:
+            _store8(out, 0, i, _rows_xs(w, i * w.shape[1], XS, qa, 0, yd, lut))
+            _store8(out, 0, i + h, _rows_xs(w, (i + h) * w.shape[1], XS, qa, 0, yd, lut))
+        else:
+            _store8(out, 0, i, _rows_nl(w, i * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
+            _store8(out, 0, i + h, _rows_nl(w, (i + h) * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
+    if (g1 - g0) % 2:
+        if MODE >= XS:
+            _store8(out, 0, g1 - 1, _rows_xs(w, (g1 - 1) * w.shape[1], XS, qa, 0, yd, lut))
+        else:
+            _store8(out, 0, g1 - 1, _rows_nl(w, (g1 - 1) * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
+
+
+@pjit
+def _gemv_many(MODE, w0, w1, w2, n_w, x, o0, o1, o2, nt, table):
+    """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first weights (one activation conversion, one parallel
+    region: kernels/quants/gemv1.py's fused one-token products): IQ4_NL weights llama.cpp repacks (SUMI_FMA) or
+    IQ4_XS (XS). Chunk c of nt takes its share of each weight's 8-row groups; any nt gives the same bits."""
+    K = x.shape[1]
+    if MODE >= XS:
+        qa = np.empty((1, K), np.int8)
+        yd = np.empty((1, K // QK_K), np.float32)
+        bsums = np.empty((1, K // 16), np.int16)
+        q8_K_row(x, 0, qa, yd, bsums)
+    else:
+        qa = np.empty((1, K), np.int8)
+        d16 = np.empty((1, K // QK), np.uint16)
+        yd = np.empty((1, K // QK), np.float32)
+        q8_0_row(x, 0, qa, d16, yd)
+    lut = bcast16b(table, 0)
+    G0 = w0.shape[0]
+    G1 = w1.shape[0] if n_w > 1 else 0
+    G2 = w2.shape[0] if n_w > 2 else 0
+    for c in prange(nt):
+        _span(w0, c * G0 // nt, (c + 1) * G0 // nt, MODE, qa, yd, lut, o0)
+        _span(w1, c * G1 // nt, (c + 1) * G1 // nt, MODE, qa, yd, lut, o1)
+        _span(w2, c * G2 // nt, (c + 1) * G2 // nt, MODE, qa, yd, lut, o2)
+
+
+@jit
+def gemv_iq4_nl(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    """The fused one-token product of repacked IQ4_NL weights (gemv1's entry signature; pf unused)."""
+    _gemv_many(SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL)
+
+
+@jit
+def gemv_iq4_xs(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    """The same for IQ4_XS weights."""
+    _gemv_many(XS, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL)
 
 
 @pjit
