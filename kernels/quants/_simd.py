@@ -11,7 +11,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
-               lut16 (vpshufb: a 16-byte table looked up by 4-bit indices),
+               lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed)
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
@@ -449,6 +449,31 @@ def dpbssd_sign(typingctx, acc, q, a):
         return builder.add(args[0], _call(builder, "llvm.x86.avx2.pmadd.wd", t, [p, ir.Constant(w16, [1] * 16)]))
 
     return V8I32(acc, q, a), codegen
+
+
+@intrinsic
+def abs8(typingctx, q):
+    """|q| of signed bytes (vpabsb; q > -128)."""
+    if q != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        zero = ir.Constant(V32I8.llvm_type(), None)
+        return builder.select(builder.icmp_signed("<", args[0], zero), builder.sub(zero, args[0]), args[0])
+
+    return V32I8(q), codegen
+
+
+@intrinsic
+def sign8(typingctx, a, q):
+    """vpsignb: a negated where q < 0, zeroed where q == 0 (ggml's AVX2 sign trick: |q| * sign(a, q) = q * a)."""
+    if a != V32I8 or q != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx2.psign.b", V32I8.llvm_type(), args)
+
+    return V32I8(a, q), codegen
 
 
 @intrinsic

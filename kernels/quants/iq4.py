@@ -35,8 +35,9 @@ Fast path (AVX2): rows interleaved in groups of 8 at load, so that a 32-byte vec
 one vpshufb + sign-trick vpmaddubsw/vpmaddwd (ggml's mul_sum_i8_pairs; exact: |pair sums| <= 2 * 127 * 127) gives
 one lane of the 8 rows (int32 lane r = row r):
     IQ4_NL group-block (144 bytes): [0:16) the 8 rows' d; [16:144) chunk c = qs bytes 4c..4c+3 of rows 0..7
-    IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 as int32
-        of rows 0..7 at 16 + 32ib; [272:1296) sub-block ib's 4 chunks at 272 + 128ib (as IQ4_NL's)
+    IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 at
+        16 + 32ib, row r's as two int16 at 4r (vpmaddwd's operand); [272:1296) sub-block ib's 4 chunks at
+        272 + 128ib (as IQ4_NL's)
 Without AVX2 the same operations run on scalars, lane by lane (the SCALAR kernels).
 """
 
@@ -51,8 +52,9 @@ from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, add32, and8, bcast16b, bcast4, cvt_f32, dpbssd_sign, fadd, ffma, fmul, lanef, load32,
-                    load8_f16, load8x32, lut16, mul32, splat8, splatf, srl16, zero32, zerof)
+from ._simd import (HAS_AVX2, abs8, add32, and8, bcast16b, bcast4, cvt_f32, dpwssd, fadd, ffma, fmul, lanef, load16x16,
+                    load32, load8_f16, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32, store8xf32,
+                    zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 from .vec_dot_type import q8_0_row, q8_K_row
 
@@ -199,74 +201,90 @@ def _mm_scalar(raw, MODE, qa, yd, out):
 
 
 # ----------------------------------------------------------------------------------------- AVX2 kernels
+# A lane of the 8 rows: q = kvalues[nibbles] (vpshufb), then ggml's mul_sum_i8_pairs with q's sign moved onto the
+# activations, vpmaddwd against ones (IQ4_NL) or against the rows' sub-block scales (IQ4_XS, as ggml's AVX2 dot).
+# A batch decodes each group's quants (q and |q|) once into a buffer and runs its tokens over them.
 
 @ijit
-def _lane(w, o, j, qa, oa, lut, m0f):
-    """int32 vector, lane r = row r's lane j of the group-block whose chunks start at o (activations at oa)."""
+def _decode(w, o, j, lut, m0f):
+    """Lane j's quants of the 8 rows of the group-block whose chunks start at o: <32 x i8>, 4 per row."""
     c = load32(w, o + 32 * (j % 4))
-    q = and8(c, m0f) if j < 4 else and8(srl16(c, 4), m0f)
-    return dpbssd_sign(zero32(), lut16(lut, q), bcast4(qa, oa + 4 * j))
+    return lut16(lut, and8(c, m0f) if j < 4 else and8(srl16(c, 4), m0f))
 
 
 @ijit
-def _lanes(w, o, qa, oa, lut, m0f):
-    return (_lane(w, o, 0, qa, oa, lut, m0f), _lane(w, o, 1, qa, oa, lut, m0f), _lane(w, o, 2, qa, oa, lut, m0f),
-            _lane(w, o, 3, qa, oa, lut, m0f), _lane(w, o, 4, qa, oa, lut, m0f), _lane(w, o, 5, qa, oa, lut, m0f),
-            _lane(w, o, 6, qa, oa, lut, m0f), _lane(w, o, 7, qa, oa, lut, m0f))
+def _dot(acc, q, qabs, qa, oa, scales16):
+    """acc + lane sums of q x activations (4 each), times scales16 (vpmaddwd; ones for IQ4_NL)."""
+    return dpwssd(acc, maddubs(qabs, sign8(bcast4(qa, oa), q)), scales16)
 
 
 @ijit
-def _sumi(L):
-    return add32(add32(add32(L[0], L[1]), add32(L[2], L[3])), add32(add32(L[4], L[5]), add32(L[6], L[7])))
+def _lane(w, o, j, qa, oa, lut, m0f, scales16):
+    """Lane j of the group-block at o with the activations at oa (oa: the block's first)."""
+    q = _decode(w, o, j, lut, m0f)
+    return _dot(zero32(), q, abs8(q), qa, oa + 4 * j, scales16)
 
 
 @ijit
-def _fma8(d, L, A):
-    """A[j] = fma(d, (float)L[j], A[j]) for the 8 lanes."""
-    return (ffma(d, cvt_f32(L[0]), A[0]), ffma(d, cvt_f32(L[1]), A[1]), ffma(d, cvt_f32(L[2]), A[2]),
-            ffma(d, cvt_f32(L[3]), A[3]), ffma(d, cvt_f32(L[4]), A[4]), ffma(d, cvt_f32(L[5]), A[5]),
-            ffma(d, cvt_f32(L[6]), A[6]), ffma(d, cvt_f32(L[7]), A[7]))
+def _sumi(w, o, qa, oa, lut, m0f, ones):
+    """The 8 rows' block sums: all 8 lanes in one int32 chain."""
+    acc = zero32()
+    for j in range(8):
+        q = _decode(w, o, j, lut, m0f)
+        acc = _dot(acc, q, abs8(q), qa, oa + 4 * j, ones)
+    return acc
 
 
 @ijit
-def _hsum8v(A):
+def _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7):
     """hsum_float_8 lane-wise over the 8 rows."""
-    return fadd(fadd(fadd(A[4], A[0]), fadd(A[6], A[2])), fadd(fadd(A[5], A[1]), fadd(A[7], A[3])))
+    return fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))
 
 
-@ijit
-def _rows_nl(w, go, MODE, qa, t, yd, lut):
-    """The 8 rows of the IQ4_NL group at byte go with token t: <8 x float>, lane r = row r."""
+@jit
+def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
+    """The 8 rows of the IQ4_NL group at byte go with token t in the lane modes (LANES: tinyBLAS; PAIRS: vec_dot's
+    even and odd accumulators and its odd last block): <8 x float>, lane r = row r. (Weights llama.cpp does not
+    repack: token by token.)"""
     K = qa.shape[1]
     nb = K // QK
     m0f = splat8(15)
+    ones = splat16(1)
     z = zerof()
-    A = (z, z, z, z, z, z, z, z)
-    B = A
-    s = z
-    for b in range(nb):
+    A0, A1, A2, A3, A4, A5, A6, A7 = z, z, z, z, z, z, z, z
+    B0, B1, B2, B3, B4, B5, B6, B7 = z, z, z, z, z, z, z, z
+    n_pairs = nb - nb % 2 if MODE == PAIRS else nb
+    for b in range(n_pairs):
         o = go + b * NL_GB
-        L = _lanes(w, o + 16, qa, t * K + QK * b, lut, m0f)
-        dx = load8_f16(w, o)
-        if MODE == SUMI_FMA:
-            s = ffma(cvt_f32(_sumi(L)), fmul(dx, splatf(yd[t, b])), s)
-        elif MODE == LANES:
-            A = _fma8(fmul(splatf(yd[t, b]), dx), L, A)
-        elif b < nb - nb % 2:  # PAIRS
-            if b % 2 == 0:
-                A = _fma8(fmul(splatf(yd[t, b]), dx), L, A)
-            else:
-                B = _fma8(fmul(splatf(yd[t, b]), dx), L, B)
-        else:  # PAIRS, an odd last block
-            s = _hsum8v((fadd(A[0], B[0]), fadd(A[1], B[1]), fadd(A[2], B[2]), fadd(A[3], B[3]),
-                         fadd(A[4], B[4]), fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7])))
-            return fadd(s, fmul(fmul(splatf(yd[t, b]), dx), cvt_f32(_sumi(L))))
-    if MODE == SUMI_FMA:
-        return s
-    if MODE == PAIRS:
-        return _hsum8v((fadd(A[0], B[0]), fadd(A[1], B[1]), fadd(A[2], B[2]), fadd(A[3], B[3]),
-                        fadd(A[4], B[4]), fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7])))
-    return _hsum8v(A)
+        oa = t * K + QK * b
+        d = fmul(splatf(yd[t, b]), load8_f16(w, o))
+        if MODE == PAIRS and b % 2 == 1:
+            B0 = ffma(d, cvt_f32(_lane(w, o + 16, 0, qa, oa, lut, m0f, ones)), B0)
+            B1 = ffma(d, cvt_f32(_lane(w, o + 16, 1, qa, oa, lut, m0f, ones)), B1)
+            B2 = ffma(d, cvt_f32(_lane(w, o + 16, 2, qa, oa, lut, m0f, ones)), B2)
+            B3 = ffma(d, cvt_f32(_lane(w, o + 16, 3, qa, oa, lut, m0f, ones)), B3)
+            B4 = ffma(d, cvt_f32(_lane(w, o + 16, 4, qa, oa, lut, m0f, ones)), B4)
+            B5 = ffma(d, cvt_f32(_lane(w, o + 16, 5, qa, oa, lut, m0f, ones)), B5)
+            B6 = ffma(d, cvt_f32(_lane(w, o + 16, 6, qa, oa, lut, m0f, ones)), B6)
+            B7 = ffma(d, cvt_f32(_lane(w, o + 16, 7, qa, oa, lut, m0f, ones)), B7)
+        else:
+            A0 = ffma(d, cvt_f32(_lane(w, o + 16, 0, qa, oa, lut, m0f, ones)), A0)
+            A1 = ffma(d, cvt_f32(_lane(w, o + 16, 1, qa, oa, lut, m0f, ones)), A1)
+            A2 = ffma(d, cvt_f32(_lane(w, o + 16, 2, qa, oa, lut, m0f, ones)), A2)
+            A3 = ffma(d, cvt_f32(_lane(w, o + 16, 3, qa, oa, lut, m0f, ones)), A3)
+            A4 = ffma(d, cvt_f32(_lane(w, o + 16, 4, qa, oa, lut, m0f, ones)), A4)
+            A5 = ffma(d, cvt_f32(_lane(w, o + 16, 5, qa, oa, lut, m0f, ones)), A5)
+            A6 = ffma(d, cvt_f32(_lane(w, o + 16, 6, qa, oa, lut, m0f, ones)), A6)
+            A7 = ffma(d, cvt_f32(_lane(w, o + 16, 7, qa, oa, lut, m0f, ones)), A7)
+    if MODE == LANES:
+        return _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7)
+    s = _hsum8v(fadd(A0, B0), fadd(A1, B1), fadd(A2, B2), fadd(A3, B3), fadd(A4, B4), fadd(A5, B5), fadd(A6, B6),
+                fadd(A7, B7))
+    if nb % 2 == 1:  # vec_dot's odd last block: sumf += d * sumi, not fused
+        o = go + (nb - 1) * NL_GB
+        d = fmul(splatf(yd[t, nb - 1]), load8_f16(w, o))
+        s = fadd(s, fmul(d, cvt_f32(_sumi(w, o + 16, qa, t * K + QK * (nb - 1), lut, m0f, ones))))
+    return s
 
 
 @ijit
@@ -274,69 +292,180 @@ def _xs_lane(w, o, j, qa, oa, lut, m0f):
     """Lane j of the 8 rows over the super-block at o: sum over sub-blocks ib of (ls - 32) * lane j of ib."""
     acc = zero32()
     for ib in range(8):
-        acc = add32(acc, mul32(load8x32(w, o + 16 + 32 * ib), _lane(w, o + XS_Q + 128 * ib, j, qa, oa + QK * ib,
-                                                                    lut, m0f)))
+        acc = add32(acc, _lane(w, o + XS_Q + 128 * ib, j, qa, oa + QK * ib, lut, m0f, load16x16(w, o + 16 + 32 * ib)))
     return acc
 
 
 @ijit
-def _rows_xs(w, go, MODE, qa, t, yd, lut):
-    """The 8 rows of the IQ4_XS group at byte go with token t: <8 x float>, lane r = row r."""
+def _rows_sumi_fma(w, go, qa, t, yd, lut):
+    """The 8 rows of the repacked IQ4_NL group at byte go with token t: sumf = fma((float)sumi, dx * dy, sumf)."""
     K = qa.shape[1]
     m0f = splat8(15)
-    if MODE == TILED:
-        s = zerof()
-        for sb in range(K // QK_K):
-            o = go + sb * XS_GB
-            oa = t * K + QK_K * sb
-            s1 = add32(add32(add32(_xs_lane(w, o, 0, qa, oa, lut, m0f), _xs_lane(w, o, 1, qa, oa, lut, m0f)),
-                             add32(_xs_lane(w, o, 2, qa, oa, lut, m0f), _xs_lane(w, o, 3, qa, oa, lut, m0f))),
-                       add32(add32(_xs_lane(w, o, 4, qa, oa, lut, m0f), _xs_lane(w, o, 5, qa, oa, lut, m0f)),
-                             add32(_xs_lane(w, o, 6, qa, oa, lut, m0f), _xs_lane(w, o, 7, qa, oa, lut, m0f))))
-            s = ffma(fmul(load8_f16(w, o), cvt_f32(s1)), splatf(yd[t, sb]), s)
-        return s
-    A0 = zerof()
-    A1 = zerof()
-    A2 = zerof()
-    A3 = zerof()
-    A4 = zerof()
-    A5 = zerof()
-    A6 = zerof()
-    A7 = zerof()
+    ones = splat16(1)
+    s = zerof()
+    for b in range(K // QK):
+        o = go + b * NL_GB
+        s = ffma(cvt_f32(_sumi(w, o + 16, qa, t * K + QK * b, lut, m0f, ones)), fmul(load8_f16(w, o),
+                                                                                    splatf(yd[t, b])), s)
+    return s
+
+
+@ijit
+def _rows_xs(w, go, MODE, qa, t, yd, lut):
+    """The 8 rows of the IQ4_XS group at byte go with token t (XS: vec_dot; TILED: the tiled matmul)."""
+    K = qa.shape[1]
+    m0f = splat8(15)
+    z = zerof()
+    A0, A1, A2, A3, A4, A5, A6, A7 = z, z, z, z, z, z, z, z
+    s = z
     for sb in range(K // QK_K):
         o = go + sb * XS_GB
         oa = t * K + QK_K * sb
-        d = fmul(load8_f16(w, o), splatf(yd[t, sb]))
-        A0 = ffma(d, cvt_f32(_xs_lane(w, o, 0, qa, oa, lut, m0f)), A0)
-        A1 = ffma(d, cvt_f32(_xs_lane(w, o, 1, qa, oa, lut, m0f)), A1)
-        A2 = ffma(d, cvt_f32(_xs_lane(w, o, 2, qa, oa, lut, m0f)), A2)
-        A3 = ffma(d, cvt_f32(_xs_lane(w, o, 3, qa, oa, lut, m0f)), A3)
-        A4 = ffma(d, cvt_f32(_xs_lane(w, o, 4, qa, oa, lut, m0f)), A4)
-        A5 = ffma(d, cvt_f32(_xs_lane(w, o, 5, qa, oa, lut, m0f)), A5)
-        A6 = ffma(d, cvt_f32(_xs_lane(w, o, 6, qa, oa, lut, m0f)), A6)
-        A7 = ffma(d, cvt_f32(_xs_lane(w, o, 7, qa, oa, lut, m0f)), A7)
-    return _hsum8v((A0, A1, A2, A3, A4, A5, A6, A7))
-
-
-@pjit
-def _mm_avx2(w, MODE, qa, yd, table, out):
-    """out (T, N): per group of 8 rows (in parallel), every token."""
-    lut = bcast16b(table, 0)
-    for g in prange(w.shape[0]):
-        go = g * w.shape[1]
-        for t in range(qa.shape[0]):
-            _store8(out, t, g, _rows_xs(w, go, MODE, qa, t, yd, lut) if MODE >= XS
-                    else _rows_nl(w, go, MODE, qa, t, yd, lut))
+        L0 = _xs_lane(w, o, 0, qa, oa, lut, m0f)
+        L1 = _xs_lane(w, o, 1, qa, oa, lut, m0f)
+        L2 = _xs_lane(w, o, 2, qa, oa, lut, m0f)
+        L3 = _xs_lane(w, o, 3, qa, oa, lut, m0f)
+        L4 = _xs_lane(w, o, 4, qa, oa, lut, m0f)
+        L5 = _xs_lane(w, o, 5, qa, oa, lut, m0f)
+        L6 = _xs_lane(w, o, 6, qa, oa, lut, m0f)
+        L7 = _xs_lane(w, o, 7, qa, oa, lut, m0f)
+        if MODE == TILED:
+            s1 = add32(add32(add32(L0, L1), add32(L2, L3)), add32(add32(L4, L5), add32(L6, L7)))
+            s = ffma(fmul(load8_f16(w, o), cvt_f32(s1)), splatf(yd[t, sb]), s)
+        else:
+            d = fmul(load8_f16(w, o), splatf(yd[t, sb]))
+            A0 = ffma(d, cvt_f32(L0), A0)
+            A1 = ffma(d, cvt_f32(L1), A1)
+            A2 = ffma(d, cvt_f32(L2), A2)
+            A3 = ffma(d, cvt_f32(L3), A3)
+            A4 = ffma(d, cvt_f32(L4), A4)
+            A5 = ffma(d, cvt_f32(L5), A5)
+            A6 = ffma(d, cvt_f32(L6), A6)
+            A7 = ffma(d, cvt_f32(L7), A7)
+    return s if MODE == TILED else _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7)
 
 
 @ijit
 def _store8(out, t, g, s):
     """out[t, 8g:8g+8] = s (lane r = row 8g + r), as far as the matrix has rows."""
     N = out.shape[1]
-    for r in range(G):
-        if G * g + r < N:
+    if G * g + G <= N:
+        store8xf32(out, t * out.strides[0] + 4 * G * g, s)
+    else:
+        for r in range(N - G * g):
             out[t, G * g + r] = lanef(s, r)
 
+
+# --- batches: a work item = one 8-row group x TOK_TILE tokens, its quants decoded once
+
+TOK_TILE = 64
+
+
+@jit
+def _decode_group(w, go, n_blocks, GB, QOFF, lut, dq):
+    """The group's quants into dq (n_blocks * 512) bytes: block b lane j's q at 512b + 32j, |q| at 512b + 256 + 32j
+    (an IQ4_XS super-block is 8 such blocks, the sub-blocks' chunks at QOFF + 128ib)."""
+    m0f = splat8(15)
+    for b in range(n_blocks):
+        o = go + (b // 8) * GB + QOFF + 128 * (b % 8) if GB == XS_GB else go + b * GB + QOFF
+        for j in range(8):
+            q = _decode(w, o, j, lut, m0f)
+            store32(dq, 512 * b + 32 * j, q)
+            store32(dq, 512 * b + 256 + 32 * j, abs8(q))
+
+
+@ijit
+def _dot_dec(acc, dq, p, j, qa, oa, scales16):
+    """_dot over the decoded lane j of the block at p."""
+    return _dot(acc, load32(dq, p + 32 * j), load32(dq, p + 256 + 32 * j), qa, oa + 4 * j, scales16)
+
+
+@jit
+def _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out):
+    """Repacked IQ4_NL, tokens t0..t1-1 of group g over its decoded quants."""
+    K = qa.shape[1]
+    go = g * w.shape[1]
+    ones = splat16(1)
+    for t in range(t0, t1):
+        s = zerof()
+        for b in range(K // QK):
+            p = 512 * b
+            oa = t * K + QK * b
+            acc = zero32()
+            for j in range(8):
+                acc = _dot_dec(acc, dq, p, j, qa, oa, ones)
+            s = ffma(cvt_f32(acc), fmul(load8_f16(w, go + b * NL_GB), splatf(yd[t, b])), s)
+        _store8(out, t, g, s)
+
+
+@ijit
+def _xs_lane_dec(w, o, dq, p, j, qa, oa):
+    acc = zero32()
+    for ib in range(8):
+        acc = _dot_dec(acc, dq, p + 512 * ib, j, qa, oa + QK * ib, load16x16(w, o + 16 + 32 * ib))
+    return acc
+
+
+@jit
+def _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out):
+    """IQ4_XS, tokens t0..t1-1 of group g over its decoded quants, in vec_dot's order (XS) or the tiled matmul's."""
+    K = qa.shape[1]
+    go = g * w.shape[1]
+    for t in range(t0, t1):
+        z = zerof()
+        A0, A1, A2, A3, A4, A5, A6, A7 = z, z, z, z, z, z, z, z
+        s = z
+        for sb in range(K // QK_K):
+            o = go + sb * XS_GB
+            p = 4096 * sb
+            oa = t * K + QK_K * sb
+            if MODE == TILED:
+                s1 = zero32()
+                for j in range(8):
+                    s1 = add32(s1, _xs_lane_dec(w, o, dq, p, j, qa, oa))
+                s = ffma(fmul(load8_f16(w, o), cvt_f32(s1)), splatf(yd[t, sb]), s)
+                continue
+            d = fmul(load8_f16(w, o), splatf(yd[t, sb]))
+            A0 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 0, qa, oa)), A0)
+            A1 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 1, qa, oa)), A1)
+            A2 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 2, qa, oa)), A2)
+            A3 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 3, qa, oa)), A3)
+            A4 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 4, qa, oa)), A4)
+            A5 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 5, qa, oa)), A5)
+            A6 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 6, qa, oa)), A6)
+            A7 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 7, qa, oa)), A7)
+        _store8(out, t, g, s if MODE == TILED else _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7))
+
+
+@pjit
+def _mm_avx2(w, MODE, qa, yd, table, out):
+    """out (T, N) in the float sequence MODE: work items of one 8-row group x TOK_TILE tokens, in parallel."""
+    T, K = qa.shape
+    lut = bcast16b(table, 0)
+    n_tt = (T + TOK_TILE - 1) // TOK_TILE
+    for item in prange(w.shape[0] * n_tt):
+        g = item // n_tt
+        t0 = (item % n_tt) * TOK_TILE
+        t1 = min(T, t0 + TOK_TILE)
+        go = g * w.shape[1]
+        if MODE == LANES or MODE == PAIRS:
+            for t in range(t0, t1):
+                _store8(out, t, g, _rows_nl_lanes(w, go, MODE, qa, t, yd, lut))
+            continue
+        if t1 - t0 == 1:  # one token: straight from the weights
+            _store8(out, t0, g, _rows_xs(w, go, MODE, qa, t0, yd, lut) if MODE >= XS
+                    else _rows_sumi_fma(w, go, qa, t0, yd, lut))
+            continue
+        dq = np.empty(K // QK * 512, np.uint8)
+        if MODE >= XS:
+            _decode_group(w, go, K // QK, XS_GB, XS_Q, lut, dq)
+            _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out)
+        else:
+            _decode_group(w, go, K // QK, NL_GB, 16, lut, dq)
+            _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out)
+
+
+# --- one token, fused: up to 3 weights sharing the activations (kernels/quants/gemv1.py's entries)
 
 @jit
 def _span(w, g0, g1, MODE, qa, yd, lut, out):
@@ -347,13 +476,13 @@ def _span(w, g0, g1, MODE, qa, yd, lut, out):
             _store8(out, 0, i, _rows_xs(w, i * w.shape[1], XS, qa, 0, yd, lut))
             _store8(out, 0, i + h, _rows_xs(w, (i + h) * w.shape[1], XS, qa, 0, yd, lut))
         else:
-            _store8(out, 0, i, _rows_nl(w, i * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
-            _store8(out, 0, i + h, _rows_nl(w, (i + h) * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
+            _store8(out, 0, i, _rows_sumi_fma(w, i * w.shape[1], qa, 0, yd, lut))
+            _store8(out, 0, i + h, _rows_sumi_fma(w, (i + h) * w.shape[1], qa, 0, yd, lut))
     if (g1 - g0) % 2:
         if MODE >= XS:
             _store8(out, 0, g1 - 1, _rows_xs(w, (g1 - 1) * w.shape[1], XS, qa, 0, yd, lut))
         else:
-            _store8(out, 0, g1 - 1, _rows_nl(w, (g1 - 1) * w.shape[1], SUMI_FMA, qa, 0, yd, lut))
+            _store8(out, 0, g1 - 1, _rows_sumi_fma(w, (g1 - 1) * w.shape[1], qa, 0, yd, lut))
 
 
 @pjit
@@ -411,8 +540,8 @@ def _repack_xs(raw, out):
                 for ib in range(8):
                     ls = xs_scale(row, o, ib)
                     p = q + 16 + 32 * ib + 4 * r
-                    for k in range(4):  # int32 little endian
-                        out[g, p + k] = np.uint8((ls >> (8 * k)) & 255)
+                    for k in range(4):  # the same int16 twice, little endian
+                        out[g, p + k] = np.uint8((ls >> (8 * (k % 2))) & 255)
                     for c in range(4):
                         for k in range(4):
                             out[g, q + XS_Q + 128 * ib + 32 * c + 4 * r + k] = row[o + 8 + 16 * ib + 4 * c + k]
