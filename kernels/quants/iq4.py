@@ -53,7 +53,7 @@ from . import q32
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, add32, and8, bcast16b, bcast4, cvt_f32, dpwssd, fadd, ffma, fmul, lanef, load16x16,
-                    load32, load8_f16, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32, store8xf32,
+                    load32, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32, store8xf32,
                     zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 from .vec_dot_type import q8_0_row, q8_K_row
@@ -375,66 +375,89 @@ def _decode_group(w, go, n_blocks, GB, QOFF, lut, dq):
 
 
 @ijit
-def _dot_dec(acc, dq, p, j, qa, oa, scales16):
-    """_dot over the decoded lane j of the block at p."""
-    return _dot(acc, load32(dq, p + 32 * j), load32(dq, p + 256 + 32 * j), qa, oa + 4 * j, scales16)
+def _dot_pair(acc_a, acc_b, dq, p, j, qa, oa, ob, scales16):
+    """_dot of the decoded lane j of the block at p for two tokens (activations at oa, ob): q and |q| loaded once."""
+    q = load32(dq, p + 32 * j)
+    qabs = load32(dq, p + 256 + 32 * j)
+    return (dpwssd(acc_a, maddubs(qabs, sign8(bcast4(qa, oa + 4 * j), q)), scales16),
+            dpwssd(acc_b, maddubs(qabs, sign8(bcast4(qa, ob + 4 * j), q)), scales16))
 
 
 @jit
 def _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out):
-    """Repacked IQ4_NL, tokens t0..t1-1 of group g over its decoded quants."""
+    """Repacked IQ4_NL, tokens t0..t1-1 of group g over its decoded quants, two at a time (u = t: a last one)."""
     K = qa.shape[1]
     go = g * w.shape[1]
     ones = splat16(1)
-    for t in range(t0, t1):
-        s = zerof()
+    for t in range(t0, t1, 2):
+        u = min(t + 1, t1 - 1)
+        sa = zerof()
+        sb = zerof()
         for b in range(K // QK):
             p = 512 * b
-            oa = t * K + QK * b
-            acc = zero32()
+            acc_a = zero32()
+            acc_b = zero32()
             for j in range(8):
-                acc = _dot_dec(acc, dq, p, j, qa, oa, ones)
-            s = ffma(cvt_f32(acc), fmul(load8_f16(w, go + b * NL_GB), splatf(yd[t, b])), s)
-        _store8(out, t, g, s)
+                acc_a, acc_b = _dot_pair(acc_a, acc_b, dq, p, j, qa, t * K + QK * b, u * K + QK * b, ones)
+            dx = load8_f16(w, go + b * NL_GB)
+            sa = ffma(cvt_f32(acc_a), fmul(dx, splatf(yd[t, b])), sa)
+            sb = ffma(cvt_f32(acc_b), fmul(dx, splatf(yd[u, b])), sb)
+        _store8(out, t, g, sa)
+        _store8(out, u, g, sb)
 
 
 @ijit
-def _xs_lane_dec(w, o, dq, p, j, qa, oa):
-    acc = zero32()
+def _xs_lane_pair(w, o, dq, p, j, qa, oa, ob):
+    """_xs_lane over the decoded super-block at p for two tokens."""
+    acc_a = zero32()
+    acc_b = zero32()
     for ib in range(8):
-        acc = _dot_dec(acc, dq, p + 512 * ib, j, qa, oa + QK * ib, load16x16(w, o + 16 + 32 * ib))
-    return acc
+        acc_a, acc_b = _dot_pair(acc_a, acc_b, dq, p + 512 * ib, j, qa, oa + QK * ib, ob + QK * ib,
+                                 load16x16(w, o + 16 + 32 * ib))
+    return acc_a, acc_b
 
 
 @jit
 def _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out):
-    """IQ4_XS, tokens t0..t1-1 of group g over its decoded quants, in vec_dot's order (XS) or the tiled matmul's."""
+    """IQ4_XS, tokens t0..t1-1 of group g over its decoded quants, two at a time, in vec_dot's order (XS: the 8
+    lanes' float accumulators of both tokens in acc) or the tiled matmul's (TILED)."""
     K = qa.shape[1]
     go = g * w.shape[1]
-    for t in range(t0, t1):
-        z = zerof()
-        A0, A1, A2, A3, A4, A5, A6, A7 = z, z, z, z, z, z, z, z
-        s = z
-        for sb in range(K // QK_K):
-            o = go + sb * XS_GB
-            p = 4096 * sb
-            oa = t * K + QK_K * sb
+    acc = np.empty(2 * 8 * G, np.float32)  # (token, lane j, row)
+    for t in range(t0, t1, 2):
+        u = min(t + 1, t1 - 1)
+        acc[:] = 0
+        sa = zerof()
+        sb = zerof()
+        for s in range(K // QK_K):
+            o = go + s * XS_GB
+            p = 4096 * s
+            oa = t * K + QK_K * s
+            ob = u * K + QK_K * s
+            dx = load8_f16(w, o)
             if MODE == TILED:
-                s1 = zero32()
+                s1a = zero32()
+                s1b = zero32()
                 for j in range(8):
-                    s1 = add32(s1, _xs_lane_dec(w, o, dq, p, j, qa, oa))
-                s = ffma(fmul(load8_f16(w, o), cvt_f32(s1)), splatf(yd[t, sb]), s)
+                    la, lb = _xs_lane_pair(w, o, dq, p, j, qa, oa, ob)
+                    s1a = add32(s1a, la)
+                    s1b = add32(s1b, lb)
+                sa = ffma(fmul(dx, cvt_f32(s1a)), splatf(yd[t, s]), sa)
+                sb = ffma(fmul(dx, cvt_f32(s1b)), splatf(yd[u, s]), sb)
                 continue
-            d = fmul(load8_f16(w, o), splatf(yd[t, sb]))
-            A0 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 0, qa, oa)), A0)
-            A1 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 1, qa, oa)), A1)
-            A2 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 2, qa, oa)), A2)
-            A3 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 3, qa, oa)), A3)
-            A4 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 4, qa, oa)), A4)
-            A5 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 5, qa, oa)), A5)
-            A6 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 6, qa, oa)), A6)
-            A7 = ffma(d, cvt_f32(_xs_lane_dec(w, o, dq, p, 7, qa, oa)), A7)
-        _store8(out, t, g, s if MODE == TILED else _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7))
+            da = fmul(dx, splatf(yd[t, s]))
+            db = fmul(dx, splatf(yd[u, s]))
+            for j in range(8):
+                la, lb = _xs_lane_pair(w, o, dq, p, j, qa, oa, ob)
+                store8xf32(acc, 32 * j, ffma(da, cvt_f32(la), load8xf32(acc, 32 * j)))
+                store8xf32(acc, 256 + 32 * j, ffma(db, cvt_f32(lb), load8xf32(acc, 256 + 32 * j)))
+        if MODE != TILED:
+            sa = _hsum8v(load8xf32(acc, 0), load8xf32(acc, 32), load8xf32(acc, 64), load8xf32(acc, 96),
+                         load8xf32(acc, 128), load8xf32(acc, 160), load8xf32(acc, 192), load8xf32(acc, 224))
+            sb = _hsum8v(load8xf32(acc, 256), load8xf32(acc, 288), load8xf32(acc, 320), load8xf32(acc, 352),
+                         load8xf32(acc, 384), load8xf32(acc, 416), load8xf32(acc, 448), load8xf32(acc, 480))
+        _store8(out, t, g, sa)
+        _store8(out, u, g, sb)
 
 
 @pjit
