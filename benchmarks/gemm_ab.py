@@ -39,6 +39,10 @@ def _gemm_against(fn, fmt_module, q32_module):
     return numba.njit(parallel=True, fastmath=False)(scope[fn.__name__])
 
 
+MODULES = {"IQ4_NL": "iq4", "IQ4_XS": "iq4"}  # format modules not named after their type
+FORMATS = {"IQ4_NL": "FORMAT_NL", "IQ4_XS": "FORMAT_XS"}  # their BlockFormat records
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="git revision to compare with")
@@ -66,8 +70,10 @@ def main() -> None:
     print(f"# {time.strftime('%H:%M', time.gmtime())} UTC, {T} tokens, {args.threads} threads, best of "
           f"{args.rounds} rounds, GMAC/s: base {args.base} -> this tree")
     for tname in args.types.split(","):
-        mod = importlib.import_module(f"kernels.quants.{tname.lower()}")
-        if BLOCK_GEOMETRY[GGMLType[tname]][0] == 32:
+        mname = MODULES.get(tname, tname.lower())
+        fmt_name = FORMATS.get(tname, "FORMAT")
+        mod = importlib.import_module(f"kernels.quants.{mname}")
+        if BLOCK_GEOMETRY[GGMLType[tname]][0] == 32 and mname not in MODULES.values():
             kind = "_gemv" if T == 1 else "_gemm"
             names = [n for n in (kind, kind + "_x86") if hasattr(mod, n)]  # the wrappers _mm_fast may call
             own = {n: getattr(mod, n) for n in names}
@@ -76,17 +82,18 @@ def main() -> None:
             calls = {name: mod._mm_fast for name in builds}
         else:  # the base's module (and Q4_K's gemm256 module), not registered as the type's format
             own, builds = {}, {"base": {}, "this tree": {}}
-            renames = [("FORMAT = register(", "FORMAT = (")]
+            renames = [(f"{f} = register(", f"{f} = (") for f in set(FORMATS.get(t, "FORMAT") for t in (tname,))]
             if tname == "Q4_K":
                 base_module(args.base, "kernels/quants/q4_k_gemm256.py", "q4_k_gemm256_base", where)
                 renames.append(("from . import q4_k_gemm256", "import q4_k_gemm256_base as q4_k_gemm256"))
-            old = base_module(args.base, f"kernels/quants/{tname.lower()}.py", f"{tname.lower()}_base", where,
-                              renames)
+            if mname == "iq4":  # both formats are in one module: neither registers
+                renames = [(f"{f} = register(", f"{f} = (") for f in ("FORMAT_NL", "FORMAT_XS")]
+            old = base_module(args.base, f"kernels/quants/{mname}.py", f"{mname}_base", where, renames)
             kind = "gemv" if T == 1 else "gemm"
-            calls = {"base": getattr(old.FORMAT, kind), "this tree": getattr(mod.FORMAT, kind)}
+            calls = {"base": getattr(getattr(old, fmt_name), kind), "this tree": getattr(getattr(mod, fmt_name), kind)}
         for K, N in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")):
             w = Weight(GGMLType[tname], bench.random_weight(tname, K, N, rng).reshape(-1), K, N, tname)
-            assert BLOCK_GEOMETRY[w.ggml_type][0] != 32 or w.repacked, "a repacked 32-weight format"
+            assert BLOCK_GEOMETRY[w.ggml_type][0] != 32 or w.repacked, "a repacked 32-weight format"  # (IQ4_NL too)
             a = quantize_activations(w.fmt.vec_dot_type, rng.standard_normal((T, K), dtype=np.float32))
             outs = {name: empty_aligned((T, N), np.float32) for name in builds}
             best = {name: float("inf") for name in builds}

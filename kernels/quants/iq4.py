@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..config import ijit, jit, pjit
+from ..config import ijit, jit, pjit, work_chunks
 from ..fp16 import fma_f32
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
@@ -356,10 +356,7 @@ def _store8(out, t, g, s):
             out[t, G * g + r] = lanef(s, r)
 
 
-# --- batches: a work item = one 8-row group x TOK_TILE tokens, its quants decoded once
-
-TOK_TILE = 64
-
+# --- batches: a work item = one 8-row group x a pass of tokens, its quants decoded once
 
 @jit
 def _decode_group(w, go, n_blocks, GB, QOFF, lut, dq):
@@ -461,31 +458,34 @@ def _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out):
 
 
 @pjit
-def _mm_avx2(w, MODE, qa, yd, table, out):
-    """out (T, N) in the float sequence MODE: work items of one 8-row group x TOK_TILE tokens, in parallel."""
+def _mm_avx2(w, MODE, qa, yd, table, out, nt):
+    """out (T, N) in the float sequence MODE. Work items of one 8-row group x one pass of tokens whose activations
+    stay in L2 (q32.pass_tokens), split in nt chunks in parallel; a chunk decodes each item's quants into its one
+    buffer (a buffer an item cost a page-faulting mmap each time at K = 8960)."""
     T, K = qa.shape
     lut = bcast16b(table, 0)
-    n_tt = (T + TOK_TILE - 1) // TOK_TILE
-    for item in prange(w.shape[0] * n_tt):
-        g = item // n_tt
-        t0 = (item % n_tt) * TOK_TILE
-        t1 = min(T, t0 + TOK_TILE)
-        go = g * w.shape[1]
-        if MODE == LANES or MODE == PAIRS:
-            for t in range(t0, t1):
-                _store8(out, t, g, _rows_nl_lanes(w, go, MODE, qa, t, yd, lut))
-            continue
-        if t1 - t0 == 1:  # one token: straight from the weights
-            _store8(out, t0, g, _rows_xs(w, go, MODE, qa, t0, yd, lut) if MODE >= XS
-                    else _rows_sumi_fma(w, go, qa, t0, yd, lut))
-            continue
+    tp = q32.pass_tokens(T, K)
+    n_pass = (T + tp - 1) // tp
+    n_items = w.shape[0] * n_pass
+    for c in prange(nt):
         dq = np.empty(K // QK * 512, np.uint8)
-        if MODE >= XS:
-            _decode_group(w, go, K // QK, XS_GB, XS_Q, lut, dq)
-            _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out)
-        else:
-            _decode_group(w, go, K // QK, NL_GB, 16, lut, dq)
-            _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out)
+        for item in range(c * n_items // nt, (c + 1) * n_items // nt):
+            g = item // n_pass
+            t0 = (item % n_pass) * tp
+            t1 = min(T, t0 + tp)
+            go = g * w.shape[1]
+            if MODE == LANES or MODE == PAIRS:  # weights llama.cpp does not repack: token by token
+                for t in range(t0, t1):
+                    _store8(out, t, g, _rows_nl_lanes(w, go, MODE, qa, t, yd, lut))
+            elif t1 - t0 == 1:  # one token: straight from the weights
+                _store8(out, t0, g, _rows_xs(w, go, MODE, qa, t0, yd, lut) if MODE >= XS
+                        else _rows_sumi_fma(w, go, qa, t0, yd, lut))
+            elif MODE >= XS:
+                _decode_group(w, go, K // QK, XS_GB, XS_Q, lut, dq)
+                _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out)
+            else:
+                _decode_group(w, go, K // QK, NL_GB, 16, lut, dq)
+                _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out)
 
 
 # --- one token, fused: up to 3 weights sharing the activations (kernels/quants/gemv1.py's entries)
@@ -594,7 +594,7 @@ def _pack_xs(raw, K):
 
 def _run(packed, a, out, mode):
     if HAS_AVX2:
-        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, out)
+        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, out, work_chunks())
     else:
         _mm_scalar(packed[0], mode, a.qs, a.d, out)
 
