@@ -127,11 +127,16 @@ def test_cli_diff_live_smollm2_clean_verdict():
     from synapse_cli.cli import cli
 
     name = "SmolLM2-135M-Instruct.Q4_1"
-    r = CliRunner().invoke(cli, ["eval-callback", "diff", "--model", str(real_model_path(name + ".gguf")),
-                                 "--prompt", "The capital of France is", "-fa", "off",
-                                 str(FIXTURES / "real" / "evalcb" / f"{name}__pub.log")])
+    args = ["eval-callback", "diff", "--model", str(real_model_path(name + ".gguf")), "--prompt",
+            "The capital of France is", "-fa", "off", str(FIXTURES / "real" / "evalcb" / f"{name}__pub.log")]
+    r = CliRunner().invoke(cli, args[:-1] + ["-c", "4096", args[-1]])  # the log's -c
     assert r.exit_code == 0, r.output[-2000:]
     assert "no divergence; 876 of 876 tensors within 1e-4" in r.output
+    # without -c, llama.cpp's default: the model's training context (8192 cells), as llama-eval-callback's
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 1
+    assert "first divergence: cache_v_l0 (reshaped) (rel 0.0e+00, shapes differ)" in r.output
+    assert "note: the KV cache tensors' shapes differ" in r.output
 
 
 @pytest.mark.parametrize("log", FA_TINY_LOGS, ids=lambda p: p.stem)

@@ -31,8 +31,8 @@ def _run_options(f):
     """Run options shared by the live print and the live side of diff (llama.cpp's spellings)."""
     opts = [
         click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="Threads (default: all cores)."),
-        click.option("-c", "--ctx-size", type=click.IntRange(min=1), default=4096, show_default=True,
-                     help="Context size (KV cache cells)."),
+        click.option("-c", "--ctx-size", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Context size (KV cache cells); 0 = the model's training context, llama.cpp's default."),
         click.option("-b", "--batch-size", "batch", type=click.IntRange(min=1), default=2048, show_default=True,
                      help="Logical batch size."),
         click.option("-ub", "--ubatch-size", "ubatch", type=click.IntRange(min=1), default=512, show_default=True,
@@ -192,8 +192,9 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         click.echo(f"Error: {e}", err=True)
         ctx.exit(2)
     result = evalcb.diff_traces(a, b, tolerance=tolerance, occurrence=occurrence)
-    notes = [] if result.ok else evalcb.build_notes([(str(p), evalcb.build_cpu_features(p)) for p in traces],
-                                                    evalcb.host_has_avx512())
+    notes = [] if result.ok else (evalcb.cache_size_notes(result)
+                                  + evalcb.build_notes([(str(p), evalcb.build_cpu_features(p)) for p in traces],
+                                                       evalcb.host_has_avx512()))
     if as_json:
         click.echo(json.dumps({**result.to_json(), "notes": notes}, indent=1))
     else:

@@ -62,7 +62,8 @@ from .recorder import (  # noqa: F401
     TraceRecorder,
 )
 from .diff import (  # noqa: F401
-    TensorDiff, TraceDiff, build_notes, compare_records, diff_traces, host_has_avx512, rel_diff, render_diff,
+    TensorDiff, TraceDiff, build_notes, cache_size_notes, compare_records, diff_traces, host_has_avx512, rel_diff,
+    render_diff,
 )
 from .live import (  # noqa: F401
     run_live,

@@ -287,6 +287,16 @@ _WHY = ("synapse computes the AVX-512 build's order, whose exp in soft-max and S
         "differ from such a build's in the last bits, more so layer after layer (tests/reference/README.md)")
 
 
+def cache_size_notes(diff: TraceDiff) -> list[str]:
+    """A note when the KV cache tensors' shapes differ: the two runs had other context sizes (-c), e.g. a log of
+    llama-eval-callback's default (the model's training context) against a run with -c 4096."""
+    cells = {(t.shape, t.shape_b) for t in diff.tensors if t.name.startswith("cache_") and t.shape != t.shape_b}
+    if not cells:
+        return []
+    return ["note: the KV cache tensors' shapes differ, so the two runs had other context sizes: run with the -c "
+            "the log was made with (llama.cpp's default, as synapse's, is the model's training context)"]
+
+
 def build_notes(logs: list[tuple[str, Optional[frozenset[str]]]], host_avx512: Optional[bool]) -> list[str]:
     """Why a log of a llama.cpp build without AVX-512 differs from synapse in the last bits (README, "Agreement
     with llama.cpp"). logs: (label, the CPU features of its system_info line or None). A note for each log whose
