@@ -117,3 +117,26 @@ def write_vocab_gguf(path: Path, kv: dict) -> str:
     w.write_kv_data_to_file()
     w.close()
     return str(path)
+
+
+def harness_cases(name: str) -> list:
+    """The cases of a tests/reference harness file (harness/*.c): (type as written, K, N, T, raw (N, row bytes)
+    uint8, x (T, K) f32, ggml's out (T, N) f32), little endian; a type written as 1000 + t is ggml type t (iq4.c's
+    repacked cases)."""
+    import numpy as np
+
+    from kernels.quants import get_format
+
+    data = (REPO / "tests" / "reference" / name).read_bytes()
+    o, out = 0, []
+    while o < len(data):
+        typ, K, N, T = (int(v) for v in np.frombuffer(data, np.int32, 4, o))
+        o += 16
+        rb = get_format(typ % 1000).row_bytes(K)
+        raw = np.frombuffer(data, np.uint8, rb * N, o).reshape(N, rb)
+        o += rb * N
+        x = np.frombuffer(data, np.float32, K * T, o).reshape(T, K)
+        o += 4 * K * T
+        out.append((typ, K, N, T, raw, x, np.frombuffer(data, np.float32, T * N, o).reshape(T, N)))
+        o += 4 * T * N
+    return out

@@ -7,10 +7,10 @@ runs for IQ4_NL weights with a multiple of 8 rows. Whole tiny models in these ty
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+
+from conftest import harness_cases
 
 from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType
@@ -20,26 +20,15 @@ from kernels.quants import get_format, iq4
 from kernels.quants.base import llama_repacks
 from kernels.quants.vec_dot_type import quantize_activations
 
-REF = Path(__file__).resolve().parent / "reference"
 REPACKED = 1000  # the harness writes 1000 + type for the repacked IQ4_NL cases
 
 
 def _cases():
-    """(type, repacked, K, N, T, raw (N, row_bytes), x (T, K), ggml's out (T, N)) of iq4.bin."""
-    data = (REF / "iq4.bin").read_bytes()
-    o, out = 0, []
-    while o < len(data):
-        typ, K, N, T = (int(v) for v in np.frombuffer(data, np.int32, 4, o))
-        o += 16
+    """(type, repacked, K, N, T, raw (N, row_bytes), x (T, K), ggml's out (T, N)) of iq4.bin: a plain-context product
+    of a weight llama.cpp would repack is not the path llama.cpp takes (nor synapse), so it is left out."""
+    out = []
+    for typ, K, N, T, raw, x, ref in harness_cases("iq4.bin"):
         repacked, typ = typ >= REPACKED, typ % REPACKED
-        rb = get_format(typ).row_bytes(K)
-        raw = np.frombuffer(data, np.uint8, rb * N, o).reshape(N, rb)
-        o += rb * N
-        x = np.frombuffer(data, np.float32, K * T, o).reshape(T, K)
-        o += 4 * K * T
-        ref = np.frombuffer(data, np.float32, T * N, o).reshape(T, N)
-        o += 4 * T * N
-        # a plain-context product of a weight llama.cpp would repack is not the path llama.cpp takes (nor synapse)
         if repacked or not llama_repacks(typ, N):
             out.append((typ, repacked, K, N, T, raw, x, ref))
     return out

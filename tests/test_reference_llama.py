@@ -22,34 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY_MODELS
+from conftest import TINY_MODELS, harness_cases
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
 from kernels.order import Order
-from kernels.quants import get_format
 from kernels.quants.base import llama_repacks
 
 REF = Path(__file__).resolve().parent / "reference"
 PROMPT = "Hello world, the quick brown fox jumps over the lazy dog. Licensed under the Apache License, Version 2.0"
-
-
-def _cases(name: str):
-    """(type, K, N, T, raw (N, row_bytes) uint8, x (T, K) f32, ggml's out (T, N) f32) from a harness file."""
-    data = (REF / name).read_bytes()
-    o, out = 0, []
-    while o < len(data):
-        typ, K, N, T = (int(v) for v in np.frombuffer(data, np.int32, 4, o))
-        o += 16
-        rb = get_format(typ).row_bytes(K)
-        raw = np.frombuffer(data, np.uint8, rb * N, o).reshape(N, rb)
-        o += rb * N
-        x = np.frombuffer(data, np.float32, K * T, o).reshape(T, K)
-        o += 4 * K * T
-        ref = np.frombuffer(data, np.float32, T * N, o).reshape(T, N)
-        o += 4 * T * N
-        out.append((typ, K, N, T, raw, x, ref))
-    return out
 
 
 def _applies(typ: int, N: int) -> bool:
@@ -59,8 +40,8 @@ def _applies(typ: int, N: int) -> bool:
     return not llama_repacks(typ, N)
 
 
-MULMAT = [c for c in _cases("mulmat.bin") if _applies(c[0], c[2])]
-Q2K_REPACK = _cases("q2k_repack.bin")
+MULMAT = [c for c in harness_cases("mulmat.bin") if _applies(c[0], c[2])]
+Q2K_REPACK = harness_cases("q2k_repack.bin")
 
 
 def _ids(cases):

@@ -87,33 +87,32 @@ def xs_scale(row, o, ib):
 
 
 @jit
+def _dequantize32(row, o, dl, out, i, e):
+    """out[i, e:e+32] = the 32 weights of the 16 qs bytes at row[o:], scale dl."""
+    for j in range(16):
+        q = row[o + j]
+        out[i, e + j] = np.float32(dl * np.float32(KVALUES_IQ4NL[q & 15]))
+        out[i, e + j + 16] = np.float32(dl * np.float32(KVALUES_IQ4NL[q >> 4]))
+
+
+@jit
 def dequantize_nl(raw, ids, out):
-    K = out.shape[1]
     for i in range(ids.shape[0]):
         row = raw[ids[i]]
-        for b in range(K // QK):
-            o = b * NL_BYTES
-            d = f16_to_f32(read_u16(row, o))
-            for j in range(16):
-                q = row[o + 2 + j]
-                out[i, QK * b + j] = np.float32(d * np.float32(KVALUES_IQ4NL[q & 15]))
-                out[i, QK * b + j + 16] = np.float32(d * np.float32(KVALUES_IQ4NL[q >> 4]))
+        for b in range(out.shape[1] // QK):
+            _dequantize32(row, b * NL_BYTES + 2, f16_to_f32(read_u16(row, b * NL_BYTES)), out, i, QK * b)
 
 
 @jit
 def dequantize_xs(raw, ids, out):
-    K = out.shape[1]
     for i in range(ids.shape[0]):
         row = raw[ids[i]]
-        for b in range(K // QK_K):
+        for b in range(out.shape[1] // QK_K):
             o = b * XS_BYTES
             d = f16_to_f32(read_u16(row, o))
             for ib in range(8):
                 dl = np.float32(d * np.float32(xs_scale(row, o, ib)))
-                for j in range(16):
-                    q = row[o + 8 + 16 * ib + j]
-                    out[i, QK_K * b + QK * ib + j] = np.float32(dl * np.float32(KVALUES_IQ4NL[q & 15]))
-                    out[i, QK_K * b + QK * ib + j + 16] = np.float32(dl * np.float32(KVALUES_IQ4NL[q >> 4]))
+                _dequantize32(row, o + 8 + 16 * ib, dl, out, i, QK_K * b + QK * ib)
 
 
 # ----------------------------------------------------------------------------------------- scalar kernels
