@@ -240,6 +240,19 @@ def _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7):
     return fadd(fadd(fadd(A4, A0), fadd(A6, A2)), fadd(fadd(A5, A1), fadd(A7, A3)))
 
 
+@ijit
+def _fma_lanes(d, w, o, qa, oa, lut, m0f, ones, A):
+    """(A[j] = fma(d, (float)lane j, A[j]) for j < 8) of the group-block whose chunks start at o."""
+    return (ffma(d, cvt_f32(_lane(w, o, 0, qa, oa, lut, m0f, ones)), A[0]),
+            ffma(d, cvt_f32(_lane(w, o, 1, qa, oa, lut, m0f, ones)), A[1]),
+            ffma(d, cvt_f32(_lane(w, o, 2, qa, oa, lut, m0f, ones)), A[2]),
+            ffma(d, cvt_f32(_lane(w, o, 3, qa, oa, lut, m0f, ones)), A[3]),
+            ffma(d, cvt_f32(_lane(w, o, 4, qa, oa, lut, m0f, ones)), A[4]),
+            ffma(d, cvt_f32(_lane(w, o, 5, qa, oa, lut, m0f, ones)), A[5]),
+            ffma(d, cvt_f32(_lane(w, o, 6, qa, oa, lut, m0f, ones)), A[6]),
+            ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, lut, m0f, ones)), A[7]))
+
+
 @jit
 def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
     """The 8 rows of the IQ4_NL group at byte go with token t in the lane modes (LANES: tinyBLAS; PAIRS: vec_dot's
@@ -250,35 +263,19 @@ def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
     m0f = splat8(15)
     ones = splat16(1)
     z = zerof()
-    A0, A1, A2, A3, A4, A5, A6, A7 = z, z, z, z, z, z, z, z
-    B0, B1, B2, B3, B4, B5, B6, B7 = z, z, z, z, z, z, z, z
-    n_pairs = nb - nb % 2 if MODE == PAIRS else nb
-    for b in range(n_pairs):
+    A = (z, z, z, z, z, z, z, z)
+    B = A
+    for b in range(nb - nb % 2 if MODE == PAIRS else nb):
         o = go + b * NL_GB
-        oa = t * K + QK * b
         d = fmul(splatf(yd[t, b]), load8_f16(w, o))
         if MODE == PAIRS and b % 2 == 1:
-            B0 = ffma(d, cvt_f32(_lane(w, o + 16, 0, qa, oa, lut, m0f, ones)), B0)
-            B1 = ffma(d, cvt_f32(_lane(w, o + 16, 1, qa, oa, lut, m0f, ones)), B1)
-            B2 = ffma(d, cvt_f32(_lane(w, o + 16, 2, qa, oa, lut, m0f, ones)), B2)
-            B3 = ffma(d, cvt_f32(_lane(w, o + 16, 3, qa, oa, lut, m0f, ones)), B3)
-            B4 = ffma(d, cvt_f32(_lane(w, o + 16, 4, qa, oa, lut, m0f, ones)), B4)
-            B5 = ffma(d, cvt_f32(_lane(w, o + 16, 5, qa, oa, lut, m0f, ones)), B5)
-            B6 = ffma(d, cvt_f32(_lane(w, o + 16, 6, qa, oa, lut, m0f, ones)), B6)
-            B7 = ffma(d, cvt_f32(_lane(w, o + 16, 7, qa, oa, lut, m0f, ones)), B7)
+            B = _fma_lanes(d, w, o + 16, qa, t * K + QK * b, lut, m0f, ones, B)
         else:
-            A0 = ffma(d, cvt_f32(_lane(w, o + 16, 0, qa, oa, lut, m0f, ones)), A0)
-            A1 = ffma(d, cvt_f32(_lane(w, o + 16, 1, qa, oa, lut, m0f, ones)), A1)
-            A2 = ffma(d, cvt_f32(_lane(w, o + 16, 2, qa, oa, lut, m0f, ones)), A2)
-            A3 = ffma(d, cvt_f32(_lane(w, o + 16, 3, qa, oa, lut, m0f, ones)), A3)
-            A4 = ffma(d, cvt_f32(_lane(w, o + 16, 4, qa, oa, lut, m0f, ones)), A4)
-            A5 = ffma(d, cvt_f32(_lane(w, o + 16, 5, qa, oa, lut, m0f, ones)), A5)
-            A6 = ffma(d, cvt_f32(_lane(w, o + 16, 6, qa, oa, lut, m0f, ones)), A6)
-            A7 = ffma(d, cvt_f32(_lane(w, o + 16, 7, qa, oa, lut, m0f, ones)), A7)
+            A = _fma_lanes(d, w, o + 16, qa, t * K + QK * b, lut, m0f, ones, A)
     if MODE == LANES:
-        return _hsum8v(A0, A1, A2, A3, A4, A5, A6, A7)
-    s = _hsum8v(fadd(A0, B0), fadd(A1, B1), fadd(A2, B2), fadd(A3, B3), fadd(A4, B4), fadd(A5, B5), fadd(A6, B6),
-                fadd(A7, B7))
+        return _hsum8v(A[0], A[1], A[2], A[3], A[4], A[5], A[6], A[7])
+    s = _hsum8v(fadd(A[0], B[0]), fadd(A[1], B[1]), fadd(A[2], B[2]), fadd(A[3], B[3]), fadd(A[4], B[4]),
+                fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7]))
     if nb % 2 == 1:  # vec_dot's odd last block: sumf += d * sumi, not fused
         o = go + (nb - 1) * NL_GB
         d = fmul(splatf(yd[t, nb - 1]), load8_f16(w, o))
