@@ -38,7 +38,7 @@ one lane of the 8 rows (int32 lane r = row r):
     IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 at
         16 + 32ib, row r's as two int16 at 4r (vpmaddwd's operand); [272:1296) sub-block ib's 4 chunks at
         272 + 128ib (as IQ4_NL's)
-Without AVX2 the same operations run on scalars, lane by lane (the SCALAR kernels).
+Without AVX2 the same operations run on scalars, lane by lane (_mm_scalar).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from . import q32
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, add32, and8, bcast16b, bcast4, cvt_f32, dpwssd, fadd, ffma, fmul, lanef, load16x16,
-                    load32, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32, store8xf32,
-                    zero32, zerof)
+                    load32, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32,
+                    store8xf32, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 from .vec_dot_type import q8_0_row, q8_K_row
 
