@@ -122,7 +122,7 @@ def write_vocab_gguf(path: Path, kv: dict) -> str:
 def harness_cases(name: str) -> list:
     """The cases of a tests/reference harness file (harness/*.c): (type as written, K, N, T, raw (N, row bytes)
     uint8, x (T, K) f32, ggml's out (T, N) f32), little endian; a type written as 1000 + t is ggml type t (iq4.c's
-    repacked cases)."""
+    repacked cases), one written as 2000 + t holds no x and, as out, the rows dequantized by ggml (N, K) (iq3.c)."""
     import numpy as np
 
     from kernels.quants import get_format
@@ -137,6 +137,7 @@ def harness_cases(name: str) -> list:
         o += rb * N
         x = np.frombuffer(data, np.float32, K * T, o).reshape(T, K)
         o += 4 * K * T
-        out.append((typ, K, N, T, raw, x, np.frombuffer(data, np.float32, T * N, o).reshape(T, N)))
-        o += 4 * T * N
+        shape = (N, K) if typ >= 2000 else (T, N)
+        out.append((typ, K, N, T, raw, x, np.frombuffer(data, np.float32, shape[0] * shape[1], o).reshape(shape)))
+        o += 4 * shape[0] * shape[1]
     return out

@@ -13,7 +13,9 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
-               (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed)
+               (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed),
+               gather8 (vpgatherdd of 4-byte table entries), entries4 (four 8-byte ones), sign_bytes (32 sign bits -> +-1
+               bytes), bit8_lanes, halves16
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -487,6 +489,95 @@ def lut16(typingctx, table, idx):
         return _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(), args)
 
     return V32I8(table, idx), codegen
+
+
+@intrinsic
+def gather8(typingctx, table, idx):
+    """vpgatherdd: lane i = the 4 bytes at 4 * idx[i] of a C-contiguous uint8 table, as <32 x i8>: the IQ3 grids'
+    8 entries (32 weights) in one instruction, where ggml's AVX2 kernels insert them one by one."""
+    if not (_is_array(table) and table.dtype == types.uint8 and idx == V8I32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        t = V8I32.llvm_type()
+        p = _byte_ptr(context, builder, sig.args[0], args[0], ir.Constant(_i64, 0), types.int64)
+        g = _call(builder, "llvm.x86.avx2.gather.d.d.256", t,
+                  [ir.Constant(t, None), p, args[1], ir.Constant(t, [-1] * 8), ir.Constant(_i8, 4)])
+        return builder.bitcast(g, V32I8.llvm_type())
+
+    return V32I8(table, idx), codegen
+
+
+@intrinsic
+def entries4(typingctx, table, i0, i1, i2, i3):
+    """<32 x i8> = the 8 bytes at 8 * i0, 8 * i1, 8 * i2, 8 * i3 of a C-contiguous uint8 table (ggml's
+    _mm256_set_epi64x of four IQ2 grid entries: 32 weights)."""
+    if not (_is_array(table) and table.dtype == types.uint8
+            and all(isinstance(i, types.Integer) for i in (i0, i1, i2, i3))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        w = ir.VectorType(_i64, 4)
+        v = ir.Constant(w, ir.Undefined)
+        for k in range(4):
+            off = builder.mul(context.cast(builder, args[1 + k], sig.args[1 + k], types.int64), ir.Constant(_i64, 8))
+            p = _byte_ptr(context, builder, sig.args[0], args[0], off, types.int64)
+            v = builder.insert_element(v, builder.load(builder.bitcast(p, _i64.as_pointer()), align=1),
+                                       ir.Constant(_i32, k))
+        return builder.bitcast(v, V32I8.llvm_type())
+
+    return V32I8(table, i0, i1, i2, i3), codegen
+
+
+@intrinsic
+def halves16(typingctx, lo, hi):
+    """<16 x i16>: lo in the 8 low lanes, hi in the 8 high ones (per-16-weight scales of a 32-weight sub-block,
+    as ggml's scale shuffles give them to vpmaddwd)."""
+    if not (isinstance(lo, types.Integer) and isinstance(hi, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        w16 = ir.VectorType(_i16, 16)
+        a = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int16), w16)
+        b = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int16), w16)
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 16), list(range(8)) + list(range(24, 32))))
+
+    return V16I16(lo, hi), codegen
+
+
+@intrinsic
+def sign_bytes(typingctx, bits):
+    """<32 x i8>: -1 in byte k where bit k of the 32-bit `bits` is set, +1 elsewhere (ggml's IQ3_S AVX2 sign
+    expansion: broadcast, vpshufb to byte k / 8, vpand with 1 << k % 8, vpcmpeqb; then or 1), for sign8."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = V32I8.llvm_type()
+        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
+        v = builder.bitcast(_splat(builder, b, ir.VectorType(_i32, 8)), v8)
+        v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [k // 8 for k in range(32)]))
+        bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
+        neg = builder.icmp_unsigned("==", builder.and_(v, bit), bit)
+        return builder.or_(builder.sext(neg, v8), ir.Constant(v8, [1] * 32))
+
+    return V32I8(bits), codegen
+
+
+@intrinsic
+def bit8_lanes(typingctx, h):
+    """<8 x i32>: lane l = 256 if bit l of byte h is set, else 0 (vpsllvd + vpand): the ninth index bit of the
+    IQ3_S grid entries l = 0..7 of a 32-weight sub-block, from its qh byte."""
+    if not isinstance(h, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        t = V8I32.llvm_type()
+        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
+        v = builder.shl(_splat(builder, b, ir.VectorType(_i32, 8)), ir.Constant(t, [8 - l for l in range(8)]))
+        return builder.and_(v, ir.Constant(t, [256] * 8))
+
+    return V8I32(h), codegen
 
 
 @intrinsic

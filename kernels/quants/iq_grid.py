@@ -1,0 +1,399 @@
+"""The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: 256-weight super-blocks of eight 32-weight
+sub-blocks, whose weights are grid entries (kernels/quants/iq_tables.py: 8 magnitudes an entry for IQ2, 4 for IQ3)
+with one sign bit each and a 4-bit scale ls per sub-block (IQ2_XS, IQ2_S: per 16 weights).
+
+Super-block layouts (d fp16 at [0:2); sub-block ib; "signs7" = 4 x 7 sign bits, each 7 signs of 8 weights
+completed by ksigns_iq2xs to an even count):
+    IQ2_XXS (66 bytes)   [2+8ib, +4) 4 grid indices (entries of 8 weights); u32 at 2+8ib+4: signs7, ls in bits 28..31
+    IQ2_XS  (74 bytes)   u16 at 2+8ib+2l: bits 0..8 = index of entry l, bits 9..15 = its 7 signs;
+                         [66+ib] = ls of weights 0..15 (low nibble) and 16..31 (high nibble)
+    IQ2_S   (82 bytes)   [2+4ib, +4) low 8 index bits; [34+4ib, +4) the 32 sign bits; [66+ib] bits 2l..2l+1 = index
+                         bits 8..9 of entry l; [74+ib] = ls of weights 0..15 / 16..31 (low / high nibble)
+    IQ3_XXS (98 bytes)   [2+8ib, +8) 8 grid indices (entries of 4 weights); u32 at 66+4ib: signs7, ls in bits 28..31
+    IQ3_S   (110 bytes)  [2+8ib, +8) low 8 index bits; [66+ib] bit l = index bit 8 of entry l; [74+4ib, +4) the 32
+                         sign bits; [106+ib/2] nibble ib%2 = ls
+    weight = db * grid magnitude * sign, db = (d * (0.5 + ls)) * 0.25 (IQ2), (d * (0.5 + ls)) * 0.5 (IQ3_XXS),
+             d * (1 + 2 ls) (IQ3_S)    (ggml-quants.c dequantize_row_iq2_xxs .. _iq3_s)
+
+Products (vec_dot_type Q8_K), as llama.cpp's x86 build runs them (no repack, no tinyBLAS; every integer sum is
+exact, the float operations per output are ggml's):
+
+    one token, and batches below     AVX2 ggml_vec_dot_<type>_q8_K: 8 int32 lanes, lane j = sum over sub-blocks of
+    kquants.TILED_MIN_BATCH tokens   (2 ls + 1) * (weights 4j..4j+3 x their activations, the signs on the
+                                     activations); acc = fma(dx * y.d, (float)lane, acc) per super-block;
+                                     MUL * hsum_float_8(acc), MUL = 0.125f (IQ2), 0.25f (IQ3_XXS), none (IQ3_S)  VEC
+    batches from there on            the tiled matmul (ggml-cpu/tiled, as for the K-quants): per super-block
+                                     s1 = the exact sum of all its lanes, acc = fma(d0 * (float)s1, y.d, acc),
+                                     d0 = dx * MUL                                                           TILED
+
+AVX2: a sub-block's 32 magnitudes are one vpgatherdd of its 8 IQ3 entries or four 8-byte loads of its IQ2 ones,
+its 32 signs go on the activations (vpsignb), then vpmaddubsw and vpmaddwd by the scales (as ggml's kernels;
+|pair sums| <= 2 * 62 * 127 < 2^15). One token reads the rows as stored; a batch decodes each row once per pass of
+tokens (q32.pass_tokens) into magnitudes and signed weights and runs two tokens a time over them. Without AVX2 the
+same operations run on scalars (_mm_scalar). No repack: the weights stay the file's blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import ijit, jit, pjit, work_chunks
+from ..fp16 import fma_f32
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from . import q32
+from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .kquants import TILED_MIN_BATCH
+from ._bits import f16_to_f32, read_u16, read_u32
+from ._simd import (HAS_AVX2, add32, bit8_lanes, cvt_f32, dpwssd, entries4, ffma, gather8, halves16, hsum32, lanef,
+                    load32, load8_u8_as_i32, maddubs, sign8, sign_bytes, splatf, store32, zero32, zerof)
+from .base import BlockFormat, register
+
+QK = 32
+# the kernels' TYPE argument: the ggml type id
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S = (int(GGMLType.IQ2_XXS), int(GGMLType.IQ2_XS), int(GGMLType.IQ3_XXS),
+                                          int(GGMLType.IQ3_S), int(GGMLType.IQ2_S))
+GRIDS = {IQ2_XXS: IQ2XXS_GRID, IQ2_XS: IQ2XS_GRID, IQ2_S: IQ2S_GRID, IQ3_XXS: IQ3XXS_GRID, IQ3_S: IQ3S_GRID}
+
+# float sequence per output (module docstring)
+VEC = 0
+TILED = 1
+
+
+@jit
+def _bytes(TYPE):
+    """Bytes per super-block."""
+    if TYPE == IQ2_XXS:
+        return 66
+    if TYPE == IQ2_XS:
+        return 74
+    if TYPE == IQ2_S:
+        return 82
+    return 98 if TYPE == IQ3_XXS else 110
+
+
+@jit
+def _width(TYPE):
+    """Weights per grid entry."""
+    return 4 if TYPE == IQ3_XXS or TYPE == IQ3_S else 8
+
+
+@jit
+def _mul(TYPE):
+    """The factor of MUL * hsum and of d0 (the types' grids hold 8x or 4x the weights' unit)."""
+    if TYPE == IQ3_XXS:
+        return np.float32(0.25)
+    return np.float32(1.0) if TYPE == IQ3_S else np.float32(0.125)
+
+
+# ----------------------------------------------------------------------------------------- block fields
+
+@jit
+def _signs7(aux):
+    """The 32 sign bits of four 7-bit sign fields (ksigns_iq2xs)."""
+    return (np.uint32(KSIGNS[aux & 127]) | (np.uint32(KSIGNS[(aux >> 7) & 127]) << 8)
+            | (np.uint32(KSIGNS[(aux >> 14) & 127]) << 16) | (np.uint32(KSIGNS[(aux >> 21) & 127]) << 24))
+
+
+@jit
+def _signs(row, o, TYPE, ib):
+    """The 32 sign bits of sub-block ib of the super-block at byte o (bit k: weight k negative)."""
+    if TYPE == IQ2_XXS:
+        return _signs7(read_u32(row, o + 2 + 8 * ib + 4))
+    if TYPE == IQ2_XS:
+        s = np.uint32(0)
+        for ll in range(4):
+            s |= np.uint32(KSIGNS[read_u16(row, o + 2 + 8 * ib + 2 * ll) >> 9]) << (8 * ll)
+        return s
+    if TYPE == IQ2_S:
+        return read_u32(row, o + 34 + 4 * ib)
+    if TYPE == IQ3_XXS:
+        return _signs7(read_u32(row, o + 66 + 4 * ib))
+    return read_u32(row, o + 74 + 4 * ib)
+
+
+@jit
+def _ls(row, o, TYPE, ib, h):
+    """The 4-bit scale of weights 16h..16h+15 of sub-block ib."""
+    if TYPE == IQ2_XXS:
+        return np.int32(read_u32(row, o + 2 + 8 * ib + 4) >> 28)
+    if TYPE == IQ2_XS:
+        return np.int32((row[o + 66 + ib] >> (4 * h)) & 15)
+    if TYPE == IQ2_S:
+        return np.int32((row[o + 74 + ib] >> (4 * h)) & 15)
+    if TYPE == IQ3_XXS:
+        return np.int32(read_u32(row, o + 66 + 4 * ib) >> 28)
+    return np.int32((row[o + 106 + ib // 2] >> (4 * (ib % 2))) & 15)
+
+
+@jit
+def _index(row, o, TYPE, ib, e):
+    """Grid index of entry e of sub-block ib."""
+    if TYPE == IQ2_XXS or TYPE == IQ3_XXS:
+        return np.int64(row[o + 2 + 8 * ib + e])
+    if TYPE == IQ2_XS:
+        return np.int64(read_u16(row, o + 2 + 8 * ib + 2 * e) & 511)
+    if TYPE == IQ2_S:
+        return np.int64(row[o + 2 + 4 * ib + e]) | ((np.int64(row[o + 66 + ib]) << (8 - 2 * e)) & 0x300)
+    return np.int64(row[o + 2 + 8 * ib + e]) | ((np.int64(row[o + 66 + ib]) >> e) & 1) << 8
+
+
+# ----------------------------------------------------------------------------------------- dequantize
+
+@jit
+def _db(TYPE, d, ls):
+    """The weights' scale, in ggml's float order."""
+    if TYPE == IQ3_S:
+        return np.float32(d * np.float32(1 + 2 * ls))
+    half = np.float32(d * np.float32(np.float32(0.5) + np.float32(ls)))
+    return np.float32(half * (np.float32(0.5) if TYPE == IQ3_XXS else np.float32(0.25)))
+
+
+@jit
+def _dequantize(raw, ids, out, TYPE, grid):
+    """out[i] = row ids[i]: (db * magnitude) * (+-1)."""
+    BYTES = _bytes(TYPE)
+    W = _width(TYPE)
+    for i in range(ids.shape[0]):
+        row = raw[ids[i]]
+        for sb in range(out.shape[1] // QK_K):
+            o = sb * BYTES
+            d = f16_to_f32(read_u16(row, o))
+            for ib in range(8):
+                signs = _signs(row, o, TYPE, ib)
+                e0 = QK_K * sb + QK * ib
+                for h in range(2):
+                    db = _db(TYPE, d, _ls(row, o, TYPE, ib, h))
+                    for k in range(16 * h, 16 * h + 16):
+                        v = np.float32(db * np.float32(grid[_index(row, o, TYPE, ib, k // W) * W + k % W]))
+                        out[i, e0 + k] = -v if (signs >> k) & 1 else v
+
+
+def _dequantizer(TYPE):
+    grid = GRIDS[TYPE]
+
+    def dequantize_rows(raw, ids, out):
+        _dequantize(raw, ids, out, TYPE, grid)
+
+    return dequantize_rows
+
+
+# ----------------------------------------------------------------------------------------- scalar kernels
+
+@jit
+def _hsum8(A):
+    """hsum_float_8 of the 8 floats A[0..7]."""
+    return np.float32(np.float32(np.float32(A[4] + A[0]) + np.float32(A[6] + A[2]))
+                      + np.float32(np.float32(A[5] + A[1]) + np.float32(A[7] + A[3])))
+
+
+@jit
+def _lanes_scalar(row, o, TYPE, ib, grid, qa, t, e0, acc):
+    """acc[j] += (2 ls + 1) * lane j's 4-product sum of sub-block ib with the activations qa[t, e0:e0+32]."""
+    W = _width(TYPE)
+    signs = _signs(row, o, TYPE, ib)
+    for j in range(8):
+        s = np.int32(0)
+        for k in range(4 * j, 4 * j + 4):
+            v = np.int32(grid[_index(row, o, TYPE, ib, k // W) * W + k % W])
+            if (signs >> k) & 1:
+                v = -v
+            s += v * np.int32(qa[t, e0 + k])
+        acc[j] += (2 * _ls(row, o, TYPE, ib, j // 4) + 1) * s
+
+
+@pjit
+def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
+    """out (T, N) in the float sequence MODE (module docstring) from the raw rows, lane by lane."""
+    T, K = qa.shape
+    N = out.shape[1]
+    BYTES = _bytes(TYPE)
+    MUL = _mul(TYPE)
+    for n in prange(N):
+        row = raw[n]
+        A = np.zeros(8, np.float32)
+        acc = np.zeros(8, np.int32)
+        for t in range(T):
+            A[:] = 0
+            s = np.float32(0)
+            for sb in range(K // QK_K):
+                o = sb * BYTES
+                acc[:] = 0
+                for ib in range(8):
+                    _lanes_scalar(row, o, TYPE, ib, grid, qa, t, QK_K * sb + QK * ib, acc)
+                dx = f16_to_f32(read_u16(row, o))
+                if MODE == TILED:
+                    s = fma_f32(np.float32(np.float32(dx * MUL) * np.float32(acc.sum())), yd[t, sb], s)
+                else:
+                    d = np.float32(dx * yd[t, sb])
+                    for j in range(8):
+                        A[j] = fma_f32(d, np.float32(acc[j]), A[j])
+            out[t, n] = s if MODE == TILED else np.float32(MUL * _hsum8(A))
+
+
+# ----------------------------------------------------------------------------------------- AVX2 kernels
+
+@ijit
+def _magnitudes(row, o, TYPE, ib, grid):
+    """Sub-block ib's 32 magnitudes (<32 x i8>)."""
+    if TYPE == IQ3_XXS or TYPE == IQ3_S:
+        idx = load8_u8_as_i32(row, o + 2 + 8 * ib)
+        if TYPE == IQ3_S:
+            idx = add32(idx, bit8_lanes(row[o + 66 + ib]))
+        return gather8(grid, idx)
+    return entries4(grid, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
+                    _index(row, o, TYPE, ib, 3))
+
+
+@ijit
+def _scales16(row, o, TYPE, ib):
+    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above."""
+    return halves16(2 * _ls(row, o, TYPE, ib, 0) + 1, 2 * _ls(row, o, TYPE, ib, 1) + 1)
+
+
+@ijit
+def _sub_lanes(row, o, TYPE, ib, grid, qa, oa, acc):
+    """acc + the scaled lanes of sub-block ib with the 32 activations at byte oa of qa."""
+    sa = sign8(load32(qa, oa), sign_bytes(_signs(row, o, TYPE, ib)))
+    return dpwssd(acc, maddubs(_magnitudes(row, o, TYPE, ib, grid), sa), _scales16(row, o, TYPE, ib))
+
+
+@ijit
+def _hsum8v(A):
+    """hsum_float_8 of a <8 x float>."""
+    return np.float32(np.float32(np.float32(lanef(A, 4) + lanef(A, 0)) + np.float32(lanef(A, 6) + lanef(A, 2)))
+                      + np.float32(np.float32(lanef(A, 5) + lanef(A, 1)) + np.float32(lanef(A, 7) + lanef(A, 3))))
+
+
+@ijit
+def _step(TYPE, MODE, dx, yd, lanes, A, s):
+    """One super-block's float step: VEC's fma(dx * y.d, (float)lane, A), TILED's fma(d0 * (float)s1, y.d, s)."""
+    if MODE == TILED:
+        return A, fma_f32(np.float32(np.float32(dx * _mul(TYPE)) * np.float32(hsum32(lanes))), yd, s)
+    return ffma(splatf(np.float32(dx * yd)), cvt_f32(lanes), A), s
+
+
+@ijit
+def _finish(TYPE, MODE, A, s):
+    """The output from the lane accumulators A (VEC) or the scalar s (TILED)."""
+    return s if MODE == TILED else np.float32(_mul(TYPE) * _hsum8v(A))
+
+
+@jit
+def _row_one(row, TYPE, MODE, grid, qa, t, yd):
+    """One row with token t, straight from its blocks."""
+    K = qa.shape[1]
+    BYTES = _bytes(TYPE)
+    A = zerof()
+    s = np.float32(0)
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        acc = zero32()
+        for ib in range(8):
+            acc = _sub_lanes(row, o, TYPE, ib, grid, qa, t * K + QK_K * sb + QK * ib, acc)
+        A, s = _step(TYPE, MODE, f16_to_f32(read_u16(row, o)), yd[t, sb], acc, A, s)
+    return _finish(TYPE, MODE, A, s)
+
+
+@jit
+def _decode_row(row, TYPE, grid, K, dq, sc, dx):
+    """The row's magnitudes (sub-block b at 64b) and signed weights (at 64b + 32) into dq, its scales 2 ls + 1
+    into sc (2 a sub-block), its super-blocks' d into dx (K/256)."""
+    BYTES = _bytes(TYPE)
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        dx[sb] = f16_to_f32(read_u16(row, o))
+        for ib in range(8):
+            b = 8 * sb + ib
+            g = _magnitudes(row, o, TYPE, ib, grid)
+            store32(dq, 64 * b, g)
+            store32(dq, 64 * b + 32, sign8(g, sign_bytes(_signs(row, o, TYPE, ib))))
+            sc[2 * b] = 2 * _ls(row, o, TYPE, ib, 0) + 1
+            sc[2 * b + 1] = 2 * _ls(row, o, TYPE, ib, 1) + 1
+
+
+@jit
+def _row_tokens(dq, sc, dx, TYPE, MODE, qa, yd, t0, t1, n, out):
+    """A decoded row with tokens t0..t1-1, two at a time (u = t: a last one)."""
+    K = qa.shape[1]
+    for t in range(t0, t1, 2):
+        u = min(t + 1, t1 - 1)
+        Aa = zerof()
+        Ab = zerof()
+        sa = np.float32(0)
+        sb = np.float32(0)
+        for s in range(K // QK_K):
+            acc_a = zero32()
+            acc_b = zero32()
+            for ib in range(8):
+                b = 8 * s + ib
+                g = load32(dq, 64 * b)
+                w = load32(dq, 64 * b + 32)
+                scales = halves16(sc[2 * b], sc[2 * b + 1])
+                acc_a = dpwssd(acc_a, maddubs(g, sign8(load32(qa, t * K + QK * b), w)), scales)
+                acc_b = dpwssd(acc_b, maddubs(g, sign8(load32(qa, u * K + QK * b), w)), scales)
+            Aa, sa = _step(TYPE, MODE, dx[s], yd[t, s], acc_a, Aa, sa)
+            Ab, sb = _step(TYPE, MODE, dx[s], yd[u, s], acc_b, Ab, sb)
+        out[t, n] = _finish(TYPE, MODE, Aa, sa)
+        out[u, n] = _finish(TYPE, MODE, Ab, sb)
+
+
+@pjit
+def _mm_avx2(raw, TYPE, MODE, qa, yd, grid, out, nt):
+    """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token: rows
+    straight from their blocks; a batch: work items of one row x one pass of tokens whose activations stay in
+    L2 (passes outermost, so that consecutive items share them), each row decoded once per item."""
+    T, K = qa.shape
+    N = raw.shape[0]
+    if T == 1:
+        for c in prange(nt):
+            for n in range(c * N // nt, (c + 1) * N // nt):
+                out[0, n] = _row_one(raw[n], TYPE, MODE, grid, qa, 0, yd)
+        return
+    tp = q32.pass_tokens(T, K)
+    n_pass = (T + tp - 1) // tp
+    n_items = N * n_pass
+    for c in prange(nt):
+        dq = np.empty(2 * K, np.uint8)
+        sc = np.empty(K // 16, np.int16)
+        dx = np.empty(K // QK_K, np.float32)
+        for item in range(c * n_items // nt, (c + 1) * n_items // nt):
+            n = item % N
+            t0 = (item // N) * tp
+            _decode_row(raw[n], TYPE, grid, K, dq, sc, dx)
+            _row_tokens(dq, sc, dx, TYPE, MODE, qa, yd, t0, min(T, t0 + tp), n, out)
+
+
+def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray, mode: int) -> None:
+    """out (T, N) = raw's rows times the Q8_K activations a, in the float sequence mode."""
+    if HAS_AVX2:
+        _mm_avx2(raw, TYPE, mode, a.qs, a.d, GRIDS[TYPE], out, work_chunks())
+    else:
+        _mm_scalar(raw, TYPE, mode, a.qs, a.d, GRIDS[TYPE], out)
+
+
+# ----------------------------------------------------------------------------------------- formats
+
+def _pack(raw, K):
+    """The rows as stored (no repack)."""
+    return (raw,)
+
+
+def _register(ggml_type: GGMLType) -> BlockFormat:
+    TYPE = int(ggml_type)
+
+    def mm(packed, a, out):
+        """Every row in the single-token order (gemv, and the default batch-invariant gemm)."""
+        run(TYPE, packed[0], a, out, VEC)
+
+    def mm_llama(packed, a, out):
+        """A batch in llama.cpp's batch order: the tiled matmul from TILED_MIN_BATCH tokens."""
+        run(TYPE, packed[0], a, out, TILED if a.qs.shape[0] >= TILED_MIN_BATCH else VEC)
+
+    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
+    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_K, _dequantizer(TYPE), _pack, mm, mm,
+                                mm_llama))
+
+
+for _t in (GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S):
+    _register(_t)

@@ -1,0 +1,123 @@
+"""The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (kernels/quants/iq_grid.py) against ggml itself:
+tests/reference/iq_grid.bin holds random rows quantized by ggml_quantize_chunk, the products ggml computed with them
+in a plain context (llama.cpp repacks none of these types: ggml_vec_dot below 8 tokens, the tiled matmul from 8 on)
+and the rows dequantized by ggml (tests/reference/harness/iq_grid.c, commands in tests/reference/README.md). Whole tiny models in these types:
+test_reference_llama.py (the evalcb/ and completion/ files of tiny-llama-IQ3_XS, -IQ3_S, -IQ3_M and the IQ2 models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import at_thread_counts, harness_cases
+
+from kernels.dequant import dequantize
+from kernels.ggml_type import GGMLType
+from kernels.matmul import Weight, matmul
+from kernels.order import Order
+from kernels.quants import get_format, iq_grid
+from kernels.quants.vec_dot_type import quantize_activations
+
+ROWS = 2000  # the harness writes 2000 + type for the dequantized rows
+
+ALL = harness_cases("iq_grid.bin")
+CASES = [c for c in ALL if c[0] < ROWS]  # (type, K, N, T, raw (N, row_bytes), x (T, K), ggml's out (T, N))
+ROW_CASES = [(c[0] - ROWS,) + c[1:] for c in ALL if c[0] >= ROWS]  # out: ggml's rows (N, K)
+IDS = [f"{GGMLType(c[0]).name}-K{c[1]}-N{c[2]}-T{c[3]}" for c in CASES]
+TYPES = [GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S]
+
+
+def _same_bits(a, b) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_the_reference_covers_every_path():
+    """Both types, one token, batches below the tiled matmul's 8 tokens and from there on, several super-blocks
+    per row, the dequantized rows."""
+    kinds = {(c[0], min(c[3], 3), c[1] > 256) for c in CASES}
+    assert {(t, n, k) for t in TYPES for n in (1, 3) for k in (False, True)} <= kinds
+    assert {c[0] for c in ROW_CASES} == set(TYPES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_products_equal_ggml_in_llama_batch_order(case):
+    """Every output bit for bit, in llama.cpp's batch order (what eval-callback and --llama-batch-order run)."""
+    typ, K, N, T, raw, x, ref = case
+    out = np.empty((T, N), np.float32)
+    matmul(Weight(typ, raw.copy(), K, N), x.copy(), out, Order.LLAMA)
+    assert _same_bits(out, ref), f"{int((out != ref).sum())} of {ref.size} differ"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[3] == 1], ids=[i for i, c in zip(IDS, CASES) if c[3] == 1])
+def test_single_token_equals_ggml_and_batches_equal_single_tokens(case):
+    """One token: ggml's vec_dot; the default batch-invariant mode gives every row of a batch those bits (the
+    row repeated 9 times: past the tiled matmul's 8), at 1 and 2 threads."""
+    typ, K, N, T, raw, x, ref = case
+    w = Weight(typ, raw.copy(), K, N)
+
+    def run():
+        out = np.empty((1, N), np.float32)
+        matmul(w, x.copy(), out)
+        outb = np.empty((9, N), np.float32)
+        matmul(w, np.repeat(x, 9, axis=0), outb)
+        return out, outb
+
+    for out, outb in at_thread_counts(run):
+        assert _same_bits(out, ref)
+        assert all(_same_bits(outb[t], out[0]) for t in range(9))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_portable_kernels_equal_ggml(case):
+    """The scalar kernels (machines without AVX2) give the same bits, lane by lane."""
+    typ, K, N, T, raw, x, ref = case
+    a = quantize_activations(get_format(typ).vec_dot_type, x.copy())
+    out = np.empty((T, N), np.float32)
+    mode = iq_grid.TILED if T >= iq_grid.TILED_MIN_BATCH else iq_grid.VEC
+    iq_grid._mm_scalar(raw, int(typ), mode, a.qs, a.d, iq_grid.GRIDS[int(typ)], out)
+    assert _same_bits(out, ref)
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=[f"{GGMLType(c[0]).name}-K{c[1]}-N{c[2]}" for c in ROW_CASES])
+def test_dequantize_equals_ggml(case):
+    """Token embeddings (get_rows) and the float paths read rows as ggml's dequantize_row_<type> gives them."""
+    typ, K, N, T, raw, x, ref = case
+    assert _same_bits(dequantize(typ, raw.reshape(-1), K * N).reshape(N, K), ref)
+
+
+@pytest.mark.parametrize("typ", TYPES, ids=lambda t: t.name)
+def test_dequantize_and_grids_equal_gguf_py(typ):
+    """An independent oracle for the tables and the bit layout: gguf-py's grids and its dequantizer on random
+    bytes (with finite scales)."""
+    gguf_quants = pytest.importorskip("gguf.quants")
+    from gguf.constants import GGMLQuantizationType as QT
+
+    cls = getattr(gguf_quants, typ.name)
+    cls.init_grid()
+    ours = iq_grid.GRIDS[int(typ)].astype(np.float32)
+    assert np.array_equal(np.asarray(cls.grid).reshape(-1), ours)
+    fmt = get_format(typ)
+    rng = np.random.default_rng(int(typ))
+    blocks = rng.integers(0, 256, (12, fmt.type_size), dtype=np.uint8)
+    blocks[:, :2] = rng.normal(size=12).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    ref = gguf_quants.dequantize(blocks.reshape(-1), QT(int(typ))).reshape(-1).astype(np.float32)
+    assert _same_bits(dequantize(typ, blocks.reshape(-1), 12 * fmt.block_size), ref)
+
+
+@pytest.mark.parametrize("typ", TYPES, ids=lambda t: t.name)
+def test_batches_are_thread_invariant(typ):
+    """A batch in both orders gives the same bits at 1 and 2 threads (rows split differently)."""
+    typ_, K, N, T, raw, x, ref = next(c for c in CASES if c[0] == typ and c[3] == 13)
+    w = Weight(typ, raw.copy(), K, N)
+
+    def run():
+        outs = []
+        for order in (Order.SINGLE, Order.LLAMA):
+            out = np.empty((T, N), np.float32)
+            matmul(w, x.copy(), out, order)
+            outs.append(out)
+        return outs
+
+    one, two = at_thread_counts(run)
+    assert all(_same_bits(a, b) for a, b in zip(one, two))
+    assert _same_bits(one[1], ref)
