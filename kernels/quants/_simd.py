@@ -6,7 +6,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
 
     types      V32I8 (<32 x i8>), V16I16, V8I32, V8F32
     memory     load32 / load16x16 / load8x32 / load8xf32 / store8xf32 / store32 (any C-contiguous array, byte offset,
-               unaligned), load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
+               unaligned), load_u32, load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
                mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
@@ -14,8 +14,8 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed),
-               gather8 (vpgatherdd of 4-byte table entries), entries4 (four 8-byte ones), sign_bytes (32 sign bits -> +-1
-               bytes), bit8_lanes, halves16
+               entries8 / entries4 (eight 4-byte / four 8-byte table entries), sign_bytes (32 sign bits -> +-1
+               bytes), halves16
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -146,6 +146,19 @@ store8xf32 = _make_store(V8F32)  # 8 float32
 store8x32 = _make_store(V8I32)  # 8 int32
 store16x16 = _make_store(V16I16)  # 16 int16
 store32 = _make_store(V32I8)  # 32 bytes
+
+
+@intrinsic
+def load_u32(typingctx, arr, offset):
+    """The little-endian uint32 at byte offset (one unaligned load, where read_u32's four byte loads stay four)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(p, _i32.as_pointer()), align=1)
+
+    return types.uint32(arr, offset), codegen
 
 
 @intrinsic
@@ -491,42 +504,38 @@ def lut16(typingctx, table, idx):
     return V32I8(table, idx), codegen
 
 
-@intrinsic
-def gather8(typingctx, table, idx):
-    """vpgatherdd: lane i = the 4 bytes at 4 * idx[i] of a C-contiguous uint8 table, as <32 x i8>: the IQ3 grids'
-    8 entries (32 weights) in one instruction, where ggml's AVX2 kernels insert them one by one."""
-    if not (_is_array(table) and table.dtype == types.uint8 and idx == V8I32):
-        return None
+def _entries_ir(context, builder, sig, args, width: int):
+    """<32 x i8> of the `width`-byte entries at width * index of the uint8 table args[0], indices args[1:]."""
+    eltype = ir.IntType(8 * width)
+    v = ir.Constant(ir.VectorType(eltype, len(args) - 1), ir.Undefined)
+    for k in range(len(args) - 1):
+        off = builder.mul(context.cast(builder, args[1 + k], sig.args[1 + k], types.int64), ir.Constant(_i64, width))
+        p = _byte_ptr(context, builder, sig.args[0], args[0], off, types.int64)
+        v = builder.insert_element(v, builder.load(builder.bitcast(p, eltype.as_pointer()), align=1),
+                                   ir.Constant(_i32, k))
+    return builder.bitcast(v, V32I8.llvm_type())
 
-    def codegen(context, builder, sig, args):
-        t = V8I32.llvm_type()
-        p = _byte_ptr(context, builder, sig.args[0], args[0], ir.Constant(_i64, 0), types.int64)
-        g = _call(builder, "llvm.x86.avx2.gather.d.d.256", t,
-                  [ir.Constant(t, None), p, args[1], ir.Constant(t, [-1] * 8), ir.Constant(_i8, 4)])
-        return builder.bitcast(g, V32I8.llvm_type())
 
-    return V32I8(table, idx), codegen
+def _table_and_ints(table, idx):
+    return _is_array(table) and table.dtype == types.uint8 and all(isinstance(i, types.Integer) for i in idx)
 
 
 @intrinsic
 def entries4(typingctx, table, i0, i1, i2, i3):
     """<32 x i8> = the 8 bytes at 8 * i0, 8 * i1, 8 * i2, 8 * i3 of a C-contiguous uint8 table (ggml's
-    _mm256_set_epi64x of four IQ2 grid entries: 32 weights)."""
-    if not (_is_array(table) and table.dtype == types.uint8
-            and all(isinstance(i, types.Integer) for i in (i0, i1, i2, i3))):
+    _mm256_set_epi64x of four IQ2 grid entries: 32 weights; scalar loads and inserts)."""
+    if not _table_and_ints(table, (i0, i1, i2, i3)):
         return None
+    return V32I8(table, i0, i1, i2, i3), lambda c, b, sig, args: _entries_ir(c, b, sig, args, 8)
 
-    def codegen(context, builder, sig, args):
-        w = ir.VectorType(_i64, 4)
-        v = ir.Constant(w, ir.Undefined)
-        for k in range(4):
-            off = builder.mul(context.cast(builder, args[1 + k], sig.args[1 + k], types.int64), ir.Constant(_i64, 8))
-            p = _byte_ptr(context, builder, sig.args[0], args[0], off, types.int64)
-            v = builder.insert_element(v, builder.load(builder.bitcast(p, _i64.as_pointer()), align=1),
-                                       ir.Constant(_i32, k))
-        return builder.bitcast(v, V32I8.llvm_type())
 
-    return V32I8(table, i0, i1, i2, i3), codegen
+@intrinsic
+def entries8(typingctx, table, i0, i1, i2, i3, i4, i5, i6, i7):
+    """<32 x i8> = the 4 bytes at 4 * i0 .. 4 * i7 of a C-contiguous uint8 table (ggml's _mm256_set_epi32 of
+    eight IQ3 grid entries; ggml found vpgatherdd slower on Zen 4, and it was no faster here on Zen 3)."""
+    if not _table_and_ints(table, (i0, i1, i2, i3, i4, i5, i6, i7)):
+        return None
+    return V32I8(table, i0, i1, i2, i3, i4, i5, i6, i7), lambda c, b, sig, args: _entries_ir(c, b, sig, args, 4)
 
 
 @intrinsic
@@ -562,22 +571,6 @@ def sign_bytes(typingctx, bits):
         return builder.or_(builder.sext(neg, v8), ir.Constant(v8, [1] * 32))
 
     return V32I8(bits), codegen
-
-
-@intrinsic
-def bit8_lanes(typingctx, h):
-    """<8 x i32>: lane l = 256 if bit l of byte h is set, else 0 (vpsllvd + vpand): the ninth index bit of the
-    IQ3_S grid entries l = 0..7 of a 32-weight sub-block, from its qh byte."""
-    if not isinstance(h, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        t = V8I32.llvm_type()
-        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
-        v = builder.shl(_splat(builder, b, ir.VectorType(_i32, 8)), ir.Constant(t, [8 - l for l in range(8)]))
-        return builder.and_(v, ir.Constant(t, [256] * 8))
-
-    return V8I32(h), codegen
 
 
 @intrinsic

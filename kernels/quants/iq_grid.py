@@ -26,7 +26,7 @@ exact, the float operations per output are ggml's):
                                      s1 = the exact sum of all its lanes, acc = fma(d0 * (float)s1, y.d, acc),
                                      d0 = dx * MUL                                                           TILED
 
-AVX2: a sub-block's 32 magnitudes are one vpgatherdd of its 8 IQ3 entries or four 8-byte loads of its IQ2 ones,
+AVX2: a sub-block's 32 magnitudes are its 8 IQ3 entries or 4 IQ2 entries loaded into one vector (as ggml's),
 its 32 signs go on the activations (vpsignb), then vpmaddubsw and vpmaddwd by the scales (as ggml's kernels;
 |pair sums| <= 2 * 62 * 127 < 2^15). One token reads the rows as stored; a batch decodes each row once per pass of
 tokens (q32.pass_tokens) into magnitudes and signed weights and runs two tokens a time over them. Without AVX2 the
@@ -44,9 +44,10 @@ from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
 from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .kquants import TILED_MIN_BATCH
-from ._bits import f16_to_f32, read_u16, read_u32
-from ._simd import (HAS_AVX2, add32, bit8_lanes, cvt_f32, dpwssd, entries4, ffma, gather8, halves16, hsum32, lanef,
-                    load32, load8_u8_as_i32, maddubs, sign8, sign_bytes, splatf, store32, zero32, zerof)
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef,
+                    load16x16, load32, load_u32, maddubs, sign8, sign_bytes, splatf, store16x16, store32, zero32,
+                    zerof)
 from .base import BlockFormat, register
 
 QK = 32
@@ -60,7 +61,7 @@ VEC = 0
 TILED = 1
 
 
-@jit
+@ijit
 def _bytes(TYPE):
     """Bytes per super-block."""
     if TYPE == IQ2_XXS:
@@ -72,13 +73,13 @@ def _bytes(TYPE):
     return 98 if TYPE == IQ3_XXS else 110
 
 
-@jit
+@ijit
 def _width(TYPE):
     """Weights per grid entry."""
     return 4 if TYPE == IQ3_XXS or TYPE == IQ3_S else 8
 
 
-@jit
+@ijit
 def _mul(TYPE):
     """The factor of MUL * hsum and of d0 (the types' grids hold 8x or 4x the weights' unit)."""
     if TYPE == IQ3_XXS:
@@ -88,45 +89,45 @@ def _mul(TYPE):
 
 # ----------------------------------------------------------------------------------------- block fields
 
-@jit
+@ijit
 def _signs7(aux):
     """The 32 sign bits of four 7-bit sign fields (ksigns_iq2xs)."""
     return (np.uint32(KSIGNS[aux & 127]) | (np.uint32(KSIGNS[(aux >> 7) & 127]) << 8)
             | (np.uint32(KSIGNS[(aux >> 14) & 127]) << 16) | (np.uint32(KSIGNS[(aux >> 21) & 127]) << 24))
 
 
-@jit
+@ijit
 def _signs(row, o, TYPE, ib):
     """The 32 sign bits of sub-block ib of the super-block at byte o (bit k: weight k negative)."""
     if TYPE == IQ2_XXS:
-        return _signs7(read_u32(row, o + 2 + 8 * ib + 4))
+        return _signs7(load_u32(row, o + 2 + 8 * ib + 4))
     if TYPE == IQ2_XS:
         s = np.uint32(0)
         for ll in range(4):
             s |= np.uint32(KSIGNS[read_u16(row, o + 2 + 8 * ib + 2 * ll) >> 9]) << (8 * ll)
         return s
     if TYPE == IQ2_S:
-        return read_u32(row, o + 34 + 4 * ib)
+        return load_u32(row, o + 34 + 4 * ib)
     if TYPE == IQ3_XXS:
-        return _signs7(read_u32(row, o + 66 + 4 * ib))
-    return read_u32(row, o + 74 + 4 * ib)
+        return _signs7(load_u32(row, o + 66 + 4 * ib))
+    return load_u32(row, o + 74 + 4 * ib)
 
 
-@jit
+@ijit
 def _ls(row, o, TYPE, ib, h):
     """The 4-bit scale of weights 16h..16h+15 of sub-block ib."""
     if TYPE == IQ2_XXS:
-        return np.int32(read_u32(row, o + 2 + 8 * ib + 4) >> 28)
+        return np.int32(load_u32(row, o + 2 + 8 * ib + 4) >> 28)
     if TYPE == IQ2_XS:
         return np.int32((row[o + 66 + ib] >> (4 * h)) & 15)
     if TYPE == IQ2_S:
         return np.int32((row[o + 74 + ib] >> (4 * h)) & 15)
     if TYPE == IQ3_XXS:
-        return np.int32(read_u32(row, o + 66 + 4 * ib) >> 28)
+        return np.int32(load_u32(row, o + 66 + 4 * ib) >> 28)
     return np.int32((row[o + 106 + ib // 2] >> (4 * (ib % 2))) & 15)
 
 
-@jit
+@ijit
 def _index(row, o, TYPE, ib, e):
     """Grid index of entry e of sub-block ib."""
     if TYPE == IQ2_XXS or TYPE == IQ3_XXS:
@@ -237,10 +238,9 @@ def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
 def _magnitudes(row, o, TYPE, ib, grid):
     """Sub-block ib's 32 magnitudes (<32 x i8>)."""
     if TYPE == IQ3_XXS or TYPE == IQ3_S:
-        idx = load8_u8_as_i32(row, o + 2 + 8 * ib)
-        if TYPE == IQ3_S:
-            idx = add32(idx, bit8_lanes(row[o + 66 + ib]))
-        return gather8(grid, idx)
+        return entries8(grid, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
+                        _index(row, o, TYPE, ib, 3), _index(row, o, TYPE, ib, 4), _index(row, o, TYPE, ib, 5),
+                        _index(row, o, TYPE, ib, 6), _index(row, o, TYPE, ib, 7))
     return entries4(grid, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
                     _index(row, o, TYPE, ib, 3))
 
@@ -279,7 +279,7 @@ def _finish(TYPE, MODE, A, s):
     return s if MODE == TILED else np.float32(_mul(TYPE) * _hsum8v(A))
 
 
-@jit
+@ijit
 def _row_one(row, TYPE, MODE, grid, qa, t, yd):
     """One row with token t, straight from its blocks."""
     K = qa.shape[1]
@@ -295,79 +295,104 @@ def _row_one(row, TYPE, MODE, grid, qa, t, yd):
     return _finish(TYPE, MODE, A, s)
 
 
-@jit
-def _decode_row(row, TYPE, grid, K, dq, sc, dx):
-    """The row's magnitudes (sub-block b at 64b) and signed weights (at 64b + 32) into dq, its scales 2 ls + 1
-    into sc (2 a sub-block), its super-blocks' d into dx (K/256)."""
+@ijit
+def _decode_row(row, TYPE, grid, K, dq, dx):
+    """The row's sub-block b into dq at 96b: its magnitudes, its signed weights (at +32) and its vpmaddwd scales
+    (_scales16, at +64); its super-blocks' d into dx (K/256)."""
     BYTES = _bytes(TYPE)
     for sb in range(K // QK_K):
         o = sb * BYTES
         dx[sb] = f16_to_f32(read_u16(row, o))
         for ib in range(8):
-            b = 8 * sb + ib
+            p = 96 * (8 * sb + ib)
             g = _magnitudes(row, o, TYPE, ib, grid)
-            store32(dq, 64 * b, g)
-            store32(dq, 64 * b + 32, sign8(g, sign_bytes(_signs(row, o, TYPE, ib))))
-            sc[2 * b] = 2 * _ls(row, o, TYPE, ib, 0) + 1
-            sc[2 * b + 1] = 2 * _ls(row, o, TYPE, ib, 1) + 1
+            store32(dq, p, g)
+            store32(dq, p + 32, sign8(g, sign_bytes(_signs(row, o, TYPE, ib))))
+            store16x16(dq, p + 64, _scales16(row, o, TYPE, ib))
 
 
-@jit
-def _row_tokens(dq, sc, dx, TYPE, MODE, qa, yd, t0, t1, n, out):
-    """A decoded row with tokens t0..t1-1, two at a time (u = t: a last one)."""
+@ijit
+def _dot_sub(acc, g, w, scales, qa, oa):
+    """acc + the scaled lanes of a decoded sub-block with the activations at byte oa."""
+    return dpwssd(acc, maddubs(g, sign8(load32(qa, oa), w)), scales)
+
+
+@ijit
+def _row_tokens(dq, dx, TYPE, MODE, qa, yd, t0, t1, n, out):
+    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
+    sub-block loaded once for the four."""
     K = qa.shape[1]
-    for t in range(t0, t1, 2):
+    for t in range(t0, t1, 4):
         u = min(t + 1, t1 - 1)
-        Aa = zerof()
-        Ab = zerof()
-        sa = np.float32(0)
-        sb = np.float32(0)
+        v = min(t + 2, t1 - 1)
+        x = min(t + 3, t1 - 1)
+        z = zerof()
+        A0, A1, A2, A3 = z, z, z, z
+        s0 = s1 = s2 = s3 = np.float32(0)
         for s in range(K // QK_K):
-            acc_a = zero32()
-            acc_b = zero32()
+            a0 = zero32()
+            a1 = zero32()
+            a2 = zero32()
+            a3 = zero32()
             for ib in range(8):
                 b = 8 * s + ib
-                g = load32(dq, 64 * b)
-                w = load32(dq, 64 * b + 32)
-                scales = halves16(sc[2 * b], sc[2 * b + 1])
-                acc_a = dpwssd(acc_a, maddubs(g, sign8(load32(qa, t * K + QK * b), w)), scales)
-                acc_b = dpwssd(acc_b, maddubs(g, sign8(load32(qa, u * K + QK * b), w)), scales)
-            Aa, sa = _step(TYPE, MODE, dx[s], yd[t, s], acc_a, Aa, sa)
-            Ab, sb = _step(TYPE, MODE, dx[s], yd[u, s], acc_b, Ab, sb)
-        out[t, n] = _finish(TYPE, MODE, Aa, sa)
-        out[u, n] = _finish(TYPE, MODE, Ab, sb)
+                g = load32(dq, 96 * b)
+                w = load32(dq, 96 * b + 32)
+                scales = load16x16(dq, 96 * b + 64)
+                a0 = _dot_sub(a0, g, w, scales, qa, t * K + QK * b)
+                a1 = _dot_sub(a1, g, w, scales, qa, u * K + QK * b)
+                a2 = _dot_sub(a2, g, w, scales, qa, v * K + QK * b)
+                a3 = _dot_sub(a3, g, w, scales, qa, x * K + QK * b)
+            A0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], a0, A0, s0)
+            A1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], a1, A1, s1)
+            A2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], a2, A2, s2)
+            A3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], a3, A3, s3)
+        out[t, n] = _finish(TYPE, MODE, A0, s0)
+        out[u, n] = _finish(TYPE, MODE, A1, s1)
+        out[v, n] = _finish(TYPE, MODE, A2, s2)
+        out[x, n] = _finish(TYPE, MODE, A3, s3)
 
 
-@pjit
-def _mm_avx2(raw, TYPE, MODE, qa, yd, grid, out, nt):
-    """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token: rows
-    straight from their blocks; a batch: work items of one row x one pass of tokens whose activations stay in
-    L2 (passes outermost, so that consecutive items share them), each row decoded once per item."""
-    T, K = qa.shape
-    N = raw.shape[0]
-    if T == 1:
+def _mm_avx2_of(TYPE: int):
+    """The AVX2 kernel of one type: TYPE a constant of its closure, so that the type's branches fold away when
+    the helpers are inlined (compiled once per type, and only for the types a model has). With TYPE an
+    argument, the branches kept numba's array reference counts (atomic, around every inlined helper) in the
+    inner loop: 5 ms for a one-token 8960 x 1280 IQ3_XXS product."""
+
+    @pjit
+    def mm(raw, MODE, qa, yd, grid, out, nt):
+        """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token:
+        rows straight from their blocks; a batch: work items of one row x one pass of tokens whose activations
+        stay in L2 (passes outermost, so that consecutive items share them), each row decoded once per item."""
+        T, K = qa.shape
+        N = raw.shape[0]
+        if T == 1:
+            for c in prange(nt):
+                for n in range(c * N // nt, (c + 1) * N // nt):
+                    out[0, n] = _row_one(raw[n], TYPE, MODE, grid, qa, 0, yd)
+            return
+        tp = q32.pass_tokens(T, K)
+        n_pass = (T + tp - 1) // tp
+        n_items = N * n_pass
         for c in prange(nt):
-            for n in range(c * N // nt, (c + 1) * N // nt):
-                out[0, n] = _row_one(raw[n], TYPE, MODE, grid, qa, 0, yd)
-        return
-    tp = q32.pass_tokens(T, K)
-    n_pass = (T + tp - 1) // tp
-    n_items = N * n_pass
-    for c in prange(nt):
-        dq = np.empty(2 * K, np.uint8)
-        sc = np.empty(K // 16, np.int16)
-        dx = np.empty(K // QK_K, np.float32)
-        for item in range(c * n_items // nt, (c + 1) * n_items // nt):
-            n = item % N
-            t0 = (item // N) * tp
-            _decode_row(raw[n], TYPE, grid, K, dq, sc, dx)
-            _row_tokens(dq, sc, dx, TYPE, MODE, qa, yd, t0, min(T, t0 + tp), n, out)
+            dq = np.empty(3 * K, np.uint8)
+            dx = np.empty(K // QK_K, np.float32)
+            for item in range(c * n_items // nt, (c + 1) * n_items // nt):
+                n = item % N
+                t0 = (item // N) * tp
+                _decode_row(raw[n], TYPE, grid, K, dq, dx)
+                _row_tokens(dq, dx, TYPE, MODE, qa, yd, t0, min(T, t0 + tp), n, out)
+
+    return mm
+
+
+_MM_AVX2 = {t: _mm_avx2_of(t) for t in GRIDS}
 
 
 def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray, mode: int) -> None:
     """out (T, N) = raw's rows times the Q8_K activations a, in the float sequence mode."""
     if HAS_AVX2:
-        _mm_avx2(raw, TYPE, mode, a.qs, a.d, GRIDS[TYPE], out, work_chunks())
+        _MM_AVX2[TYPE](raw, mode, a.qs, a.d, GRIDS[TYPE], out, work_chunks())
     else:
         _mm_scalar(raw, TYPE, mode, a.qs, a.d, GRIDS[TYPE], out)
 
