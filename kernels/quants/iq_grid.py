@@ -29,7 +29,8 @@ exact, the float operations per output are ggml's):
 AVX2: a sub-block's 32 magnitudes are its 8 IQ3 entries or 4 IQ2 entries loaded into one vector (as ggml's),
 its 32 signs go on the activations (vpsignb), then vpmaddubsw and vpmaddwd by the scales (as ggml's kernels;
 |pair sums| <= 2 * 62 * 127 < 2^15). One token reads the rows as stored; a batch decodes each row once per pass of
-tokens (q32.pass_tokens) into magnitudes and signed weights and runs two tokens a time over them. Without AVX2 the
+tokens (q32.pass_tokens) into signed weights and runs four tokens a time over them, against activations + 128
+(vpmaddubsw's unsigned operand; the bias's share subtracted per super-block, exact). Without AVX2 the
 same operations run on scalars (_mm_scalar). No repack: the weights stay the file's blocks.
 """
 
@@ -45,9 +46,9 @@ from . import q32
 from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef,
-                    load16x16, load32, load_u32, maddubs, sign8, sign_bytes, splatf, store16x16, store32, zero32,
-                    zerof)
+from ._simd import (HAS_AVX2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef, load16x16,
+                    load32, load8x32, load_u32, maddubs, mul32, sign8, sign_bytes, splat32, splat8, splatf,
+                    store16x16, store32, store8x32, sub32, zero32, zerof)
 from .base import BlockFormat, register
 
 QK = 32
@@ -296,32 +297,33 @@ def _row_one(row, TYPE, MODE, grid, qa, t, yd):
 
 
 @ijit
-def _decode_row(row, TYPE, grid, K, dq, dx):
-    """The row's sub-block b into dq at 96b: its magnitudes, its signed weights (at +32) and its vpmaddwd scales
-    (_scales16, at +64); its super-blocks' d into dx (K/256)."""
+def _decode_row(row, TYPE, grid, K, dq, corr, dx):
+    """The row's sub-block b into dq at 64b: its signed weights, then its vpmaddwd scales (_scales16); per
+    super-block the lanes' bias correction into corr (32 bytes each: 128 * the scaled lane sums of the weights,
+    which the biased activations add) and its d into dx."""
     BYTES = _bytes(TYPE)
+    ones = splat8(1)
     for sb in range(K // QK_K):
         o = sb * BYTES
         dx[sb] = f16_to_f32(read_u16(row, o))
+        c = zero32()
         for ib in range(8):
-            p = 96 * (8 * sb + ib)
-            g = _magnitudes(row, o, TYPE, ib, grid)
-            store32(dq, p, g)
-            store32(dq, p + 32, sign8(g, sign_bytes(_signs(row, o, TYPE, ib))))
-            store16x16(dq, p + 64, _scales16(row, o, TYPE, ib))
+            p = 64 * (8 * sb + ib)
+            w = sign8(_magnitudes(row, o, TYPE, ib, grid), sign_bytes(_signs(row, o, TYPE, ib)))
+            scales = _scales16(row, o, TYPE, ib)
+            store32(dq, p, w)
+            store16x16(dq, p + 32, scales)
+            c = dpwssd(c, maddubs(ones, w), scales)
+        store8x32(corr, 32 * sb, mul32(c, splat32(128)))
 
 
 @ijit
-def _dot_sub(acc, g, w, scales, qa, oa):
-    """acc + the scaled lanes of a decoded sub-block with the activations at byte oa."""
-    return dpwssd(acc, maddubs(g, sign8(load32(qa, oa), w)), scales)
-
-
-@ijit
-def _row_tokens(dq, dx, TYPE, MODE, qa, yd, t0, t1, n, out):
+def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
     """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
-    sub-block loaded once for the four."""
-    K = qa.shape[1]
+    sub-block loaded once for the four. qb: the activations + 128 (unsigned), so that one vpmaddubsw with the
+    signed weights gives the products (as ggml's tiled matmul's ACTBIAS; |pair sums| <= 2 * 255 * 62 < 2^15),
+    the +128's share subtracted per super-block (corr)."""
+    K = qb.shape[1]
     for t in range(t0, t1, 4):
         u = min(t + 1, t1 - 1)
         v = min(t + 2, t1 - 1)
@@ -336,21 +338,31 @@ def _row_tokens(dq, dx, TYPE, MODE, qa, yd, t0, t1, n, out):
             a3 = zero32()
             for ib in range(8):
                 b = 8 * s + ib
-                g = load32(dq, 96 * b)
-                w = load32(dq, 96 * b + 32)
-                scales = load16x16(dq, 96 * b + 64)
-                a0 = _dot_sub(a0, g, w, scales, qa, t * K + QK * b)
-                a1 = _dot_sub(a1, g, w, scales, qa, u * K + QK * b)
-                a2 = _dot_sub(a2, g, w, scales, qa, v * K + QK * b)
-                a3 = _dot_sub(a3, g, w, scales, qa, x * K + QK * b)
-            A0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], a0, A0, s0)
-            A1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], a1, A1, s1)
-            A2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], a2, A2, s2)
-            A3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], a3, A3, s3)
+                w = load32(dq, 64 * b)
+                scales = load16x16(dq, 64 * b + 32)
+                a0 = dpwssd(a0, maddubs(load32(qb, t * K + QK * b), w), scales)
+                a1 = dpwssd(a1, maddubs(load32(qb, u * K + QK * b), w), scales)
+                a2 = dpwssd(a2, maddubs(load32(qb, v * K + QK * b), w), scales)
+                a3 = dpwssd(a3, maddubs(load32(qb, x * K + QK * b), w), scales)
+            c = load8x32(corr, 32 * s)
+            A0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(a0, c), A0, s0)
+            A1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(a1, c), A1, s1)
+            A2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(a2, c), A2, s2)
+            A3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(a3, c), A3, s3)
         out[t, n] = _finish(TYPE, MODE, A0, s0)
         out[u, n] = _finish(TYPE, MODE, A1, s1)
         out[v, n] = _finish(TYPE, MODE, A2, s2)
         out[x, n] = _finish(TYPE, MODE, A3, s3)
+
+
+@jit
+def _biased(qa):
+    """qa + 128 as uint8 (T, K)."""
+    qb = np.empty(qa.shape, np.uint8)
+    for t in range(qa.shape[0]):
+        for k in range(qa.shape[1]):
+            qb[t, k] = np.uint8(np.int32(qa[t, k]) + 128)
+    return qb
 
 
 def _mm_avx2_of(TYPE: int):
@@ -371,17 +383,19 @@ def _mm_avx2_of(TYPE: int):
                 for n in range(c * N // nt, (c + 1) * N // nt):
                     out[0, n] = _row_one(raw[n], TYPE, MODE, grid, qa, 0, yd)
             return
+        qb = _biased(qa)
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
         n_items = N * n_pass
         for c in prange(nt):
-            dq = np.empty(3 * K, np.uint8)
+            dq = np.empty(2 * K, np.uint8)
+            corr = np.empty(K // QK_K * 32, np.uint8)
             dx = np.empty(K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
                 n = item % N
                 t0 = (item // N) * tp
-                _decode_row(raw[n], TYPE, grid, K, dq, dx)
-                _row_tokens(dq, dx, TYPE, MODE, qa, yd, t0, min(T, t0 + tp), n, out)
+                _decode_row(raw[n], TYPE, grid, K, dq, corr, dx)
+                _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, min(T, t0 + tp), n, out)
 
     return mm
 
