@@ -118,8 +118,8 @@ def dequantize_xs(raw, ids, out):
 # ----------------------------------------------------------------------------------------- scalar kernels
 
 @jit
-def _hsum8(A):
-    """hsum_float_8 of the 8 floats A[0..7]."""
+def hsum_float_8(A):
+    """ggml's hsum_float_8 of the 8 floats A[0..7] (also the grid i-quants')."""
     return np.float32(np.float32(np.float32(A[4] + A[0]) + np.float32(A[6] + A[2]))
                       + np.float32(np.float32(A[5] + A[1]) + np.float32(A[7] + A[3])))
 
@@ -168,7 +168,7 @@ def _mm_scalar(raw, MODE, qa, yd, out):
                     d = np.float32(dx * yd[t, sb])
                     for j in range(8):
                         A[j] = fma_f32(d, np.float32(acc[j]), A[j])
-                out[t, n] = s if MODE == TILED else _hsum8(A)
+                out[t, n] = s if MODE == TILED else hsum_float_8(A)
                 continue
             nb = K // QK
             for b in range(nb):
@@ -190,7 +190,7 @@ def _mm_scalar(raw, MODE, qa, yd, out):
             if MODE == PAIRS:
                 for j in range(8):
                     A[j] = np.float32(A[j] + B[j])
-            s = _hsum8(A)
+            s = hsum_float_8(A)
             if MODE == PAIRS and nb % 2 == 1:  # the last block: sumf += d * sumi, not fused
                 o = (nb - 1) * NL_BYTES
                 _lanes_scalar(row, o + 2, qa, t, QK * (nb - 1), L)

@@ -43,6 +43,7 @@ from ..config import ijit, jit, pjit, work_chunks
 from ..fp16 import fma_f32
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
+from .iq4 import hsum_float_8
 from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
@@ -183,13 +184,6 @@ def _dequantizer(TYPE):
 # ----------------------------------------------------------------------------------------- scalar kernels
 
 @jit
-def _hsum8(A):
-    """hsum_float_8 of the 8 floats A[0..7]."""
-    return np.float32(np.float32(np.float32(A[4] + A[0]) + np.float32(A[6] + A[2]))
-                      + np.float32(np.float32(A[5] + A[1]) + np.float32(A[7] + A[3])))
-
-
-@jit
 def _lanes_scalar(row, o, TYPE, ib, grid, qa, t, e0, acc):
     """acc[j] += (2 ls + 1) * lane j's 4-product sum of sub-block ib with the activations qa[t, e0:e0+32]."""
     W = _width(TYPE)
@@ -230,7 +224,7 @@ def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
                     d = np.float32(dx * yd[t, sb])
                     for j in range(8):
                         A[j] = fma_f32(d, np.float32(acc[j]), A[j])
-            out[t, n] = s if MODE == TILED else np.float32(MUL * _hsum8(A))
+            out[t, n] = s if MODE == TILED else np.float32(MUL * hsum_float_8(A))
 
 
 # ----------------------------------------------------------------------------------------- AVX2 kernels
