@@ -32,10 +32,13 @@ def _same_bits(a, b) -> bool:
 
 
 def test_the_reference_covers_every_path():
-    """Both types, one token, batches below the tiled matmul's 8 tokens and from there on, several super-blocks
-    per row, the dequantized rows."""
-    kinds = {(c[0], min(c[3], 3), c[1] > 256) for c in CASES}
-    assert {(t, n, k) for t in TYPES for n in (1, 3) for k in (False, True)} <= kinds
+    """Every type: one token, batches below the tiled matmul's 8 tokens and from there on (vec_dot, tiled), one
+    and several super-blocks per row; the dequantized rows."""
+    def path(T):
+        return "one" if T == 1 else "vec_dot" if T < iq_grid.TILED_MIN_BATCH else "tiled"
+
+    kinds = {(c[0], path(c[3]), c[1] > 256) for c in CASES}
+    assert {(t, p, k) for t in TYPES for p in ("one", "vec_dot", "tiled") for k in (False, True)} <= kinds
     assert {c[0] for c in ROW_CASES} == set(TYPES)
 
 
