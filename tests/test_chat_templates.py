@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES, QWEN_05B, QWEN_15B, SMOLLM2, real_model_path
 from synapse_cli.chat import (ChatSession, ChatTemplateError, ChatTemplates, ChatTemplateStopped, builtin,
                               builtin_templates)
-from synapse_cli.chat.jinja import JinjaTemplate, tojson
+from synapse_cli.chat.jinja import MAX_DEPTH, MAX_SECONDS, JinjaTemplate, tojson
 
 TABLE = json.loads((Path(__file__).parent / "data" / "llama_chat_template_cases.json").read_text(encoding="utf-8"))
 CONVERSATION = TABLE["conversation"]
@@ -292,7 +292,8 @@ HOSTILE = {
     "big_range": ("{% for i in range(10**9) %}x{% endfor %}", "stopped: Range too big"),
     "endless_loops": ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
                       "stopped: rendering took longer than 0.5 s"),
-    "recursive_macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "stopped: recursion too deep"),
+    "recursive_macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                        "stopped: recursion too deep (more than 100 nested template calls)"),
     "huge_output": ("{% for i in range(99999) %}{{ 'x' * 1000 }}{% endfor %}", "stopped: output longer than"),
     "huge_string": ("{{ 'x' * 10**10 }}", "stopped: '*' would build a string"),
     "huge_pow": ("{{ 10 ** 100000000 }}", "stopped: '10 ** 100000000' is too large"),
@@ -308,14 +309,27 @@ HOSTILE = {
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_hostile_template(name):
     src, message = HOSTILE[name]
+    # Only the endless loops wait for the deadline; the other limits must trip before the default one, even on a
+    # loaded CI machine (a recursive macro stops at MAX_DEPTH, in milliseconds).
+    max_seconds = 0.5 if name == "endless_loops" else MAX_SECONDS
     t0 = time.monotonic()
     with pytest.raises(ChatTemplateError) as e:
-        t = JinjaTemplate(src, max_seconds=0.5)
+        t = JinjaTemplate(src, max_seconds=max_seconds)
         t.render({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True})
     assert message in str(e.value)
     assert isinstance(e.value, ChatTemplateStopped) == (name != "syntax")
     assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
     assert time.monotonic() - t0 < 10
+
+
+def test_deep_macro_within_the_depth_limit():
+    """A macro nested MAX_DEPTH - 10 deep renders (a tool-call schema's nesting is far shallower); one more level
+    than the limit stops."""
+    src = "{% macro f(n) %}{% if n > 0 %}({{ f(n - 1) }}){% endif %}{% endmacro %}{{ f(depth) }}"
+    ok = MAX_DEPTH - 10
+    assert JinjaTemplate(src).render({"messages": [], "depth": ok}) == "(" * ok + ")" * ok
+    with pytest.raises(ChatTemplateStopped, match="recursion too deep"):
+        JinjaTemplate(src).render({"messages": [], "depth": MAX_DEPTH})
 
 
 def test_hostile_template_from_cli_arguments():

@@ -13,9 +13,9 @@ sandbox, set up to give a template what llama.cpp's engine gives it:
 Templates come from untrusted files. jinja2's sandbox refuses attribute access to Python internals
 (`''.__class__`, `__globals__`, ...), calls of unsafe methods and every mutation of the inputs; on top of it
 rendering stops after `max_seconds` (a trace function checks the clock on every line of the compiled
-template and every call), output is capped at `max_output` characters, and the operations that can allocate
-a huge string in one C call (`*`, `**`, `%`, format widths, `ljust`/`center`/`zfill`/`replace`, the
-`center`/`indent`/`wordwrap`/`replace` filters) are bounded. Every failure is one `SynapseError` line.
+template and every call) or `MAX_DEPTH` nested template calls, output is capped at `max_output` characters,
+and the operations that can allocate a huge string in one C call (`*`, `**`, `%`, format widths,
+`ljust`/`center`/`zfill`/`replace`, the `center`/`indent`/`wordwrap`/`replace` filters) are bounded. Every failure is one `SynapseError` line.
 
 `JinjaTemplate` mirrors `common_chat_template` (common/chat.h): the parsed program, the bos/eos token texts
 and the capabilities `jinja::caps_get` (common/jinja/caps.cpp) finds, of which the chat path uses
@@ -39,6 +39,7 @@ from kernels.errors import SynapseError
 
 MAX_SECONDS = 5.0  # a chat template renders in milliseconds; this only stops runaway loops
 MAX_OUTPUT = 16 * 1024 * 1024  # characters of output, and of any one string a template builds
+MAX_DEPTH = 100  # nested frames of the compiled template (macro calls; Python itself stops near 190)
 _MAX_POW_BITS = 1 << 16  # `a ** b` whose result would need more bits than this is refused
 _FORMAT_WIDTH = re.compile(r"\d{7,}")  # a width or precision of a million or more in a format spec
 
@@ -327,16 +328,29 @@ def _one_line(msg: str) -> str:
 def _render_limited(template: jinja2.Template, context: dict, max_seconds: float, max_output: int) -> str:
     """Render with a deadline checked on every traced line/call and a cap on the output's length."""
     deadline = time.monotonic() + max_seconds
+    # Live frames of the template's code: +1 on each call (a generator's resume too), -1 on each return (a
+    # yield, an exception's unwinding too). Python's own recursion limit would also stop a recursive macro,
+    # but only after ~1000 frames traced line by line: on a loaded machine, later than the deadline.
+    depth = 0
 
     def local(frame, event, arg):
+        nonlocal depth
+        if event == "return":
+            depth -= 1
         if time.monotonic() > deadline:
             raise _Stopped(f"rendering took longer than {max_seconds:g} s")
         return local
 
     def tracer(frame, event, arg):
+        nonlocal depth
         if time.monotonic() > deadline:
             raise _Stopped(f"rendering took longer than {max_seconds:g} s")
-        return local if frame.f_code.co_filename == "<template>" else None
+        if frame.f_code.co_filename != "<template>":
+            return None
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise _Stopped(f"recursion too deep (more than {MAX_DEPTH} nested template calls)")
+        return local
 
     parts: list[str] = []
     size = 0
