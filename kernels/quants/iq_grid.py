@@ -254,7 +254,7 @@ def _sub_lanes(row, o, TYPE, ib, grid, qa, oa, acc):
 
 
 @ijit
-def _hsum8v(A):
+def hsum8v(A):
     """hsum_float_8 of a <8 x float>."""
     return np.float32(np.float32(np.float32(lanef(A, 4) + lanef(A, 0)) + np.float32(lanef(A, 6) + lanef(A, 2)))
                       + np.float32(np.float32(lanef(A, 5) + lanef(A, 1)) + np.float32(lanef(A, 7) + lanef(A, 3))))
@@ -271,7 +271,7 @@ def _step(TYPE, MODE, dx, yd, lanes, A, s):
 @ijit
 def _finish(TYPE, MODE, A, s):
     """The output from the lane accumulators A (VEC) or the scalar s (TILED)."""
-    return s if MODE == TILED else np.float32(_mul(TYPE) * _hsum8v(A))
+    return s if MODE == TILED else np.float32(_mul(TYPE) * hsum8v(A))
 
 
 @ijit
@@ -350,7 +350,7 @@ def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
 
 
 @jit
-def _biased(qa):
+def biased(qa):
     """qa + 128 as uint8 (T, K)."""
     qb = np.empty(qa.shape, np.uint8)
     for t in range(qa.shape[0]):
@@ -377,7 +377,7 @@ def _mm_avx2_of(TYPE: int):
                 for n in range(c * N // nt, (c + 1) * N // nt):
                     out[0, n] = _row_one(raw[n], TYPE, MODE, grid, qa, 0, yd)
             return
-        qb = _biased(qa)
+        qb = biased(qa)
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
         n_items = N * n_pass

@@ -1,5 +1,6 @@
-// Reference products and rows of ggml's grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for synapse's
-// tests. Rows quantized by ggml_quantize_chunk (with a random importance matrix: IQ2_XXS and IQ2_XS need one).
+// Reference products and rows of ggml's grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; with a second
+// argument `iq1`: IQ1_S, IQ1_M) for synapse's tests. Rows quantized by ggml_quantize_chunk (with a random importance
+// matrix: IQ2_XXS, IQ2_XS and the IQ1 types need one).
 // Two kinds of case:
 //   product: ggml_mul_mat in a plain context (llama.cpp repacks none of these types) by
 //            ggml_graph_compute_with_ctx with 2 threads: ggml_vec_dot_<type>_q8_K below 8 tokens, the tiled matmul
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
+#include <string.h>
 
 static uint64_t s = 88172645463325252ull;
 static double urand(void) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return (s >> 11) * (1.0 / 9007199254740992.0); }
@@ -25,10 +27,14 @@ static void write_case(FILE * f, int type, int K, int N, int T, const void * raw
 int main(int argc, char ** argv) {
     ggml_cpu_init();
     FILE * f = fopen(argv[1], "wb");
-    int types[] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
+    int grid_types[] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
+    int iq1_types[] = {GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
+    int iq1 = argc > 2 && strcmp(argv[2], "iq1") == 0;
+    int * types = iq1 ? iq1_types : grid_types;
+    int n_types = iq1 ? 2 : 5;
     int shapes[][2] = {{256, 13}, {768, 40}, {1280, 9}};
     int batches[] = {1, 3, 8, 13};
-    for (int it = 0; it < 5; it++) for (int is = 0; is < 3; is++) for (int ib = 0; ib < 4; ib++) {
+    for (int it = 0; it < n_types; it++) for (int is = 0; is < 3; is++) for (int ib = 0; ib < 4; ib++) {
         int type = types[it], K = shapes[is][0], N = shapes[is][1], T = batches[ib];
         struct ggml_init_params ip = { 64 * 1024 * 1024, NULL, false };
         struct ggml_context * ctx = ggml_init(ip);

@@ -1,0 +1,408 @@
+"""The 1-bit i-quants IQ1_S and IQ1_M: 256-weight super-blocks of eight 32-weight sub-blocks of four grid entries
+(iq1s_grid, kernels/quants/iq_tables.py: 8 weights of -1, 0 or 1 an entry, 11-bit indices), each entry shifted by
+a delta of +-1/8, and 3-bit scales ls (weight scale 2 ls + 1).
+
+Super-block layouts (sub-block ib, entry l):
+    IQ1_S (50 bytes)   d fp16 at [0:2); [2+4ib+l] low 8 index bits; u16 qh at 34+2ib: bits 3l..3l+2 = index bits
+                       8..10 of entry l, bits 12..14 = ls of the sub-block, bit 15 = its delta's sign
+    IQ1_M (56 bytes)   [4ib+l] low 8 index bits; byte qh[2ib + l/2] at 32: its low nibble for entries 0, 2 and its
+                       high nibble for entries 1, 3: bits 0..2 = index bits 8..10, bit 3 = the entry's delta's sign;
+                       four u16 sc at 48: bits 6(ib%2)+3h.. = ls of weights 16h..16h+15 of sub-block ib (in word
+                       ib/2), bits 12..15 of the four words = the fp16 d
+    weight = (d * (2 ls + 1)) * (grid value + delta), delta = +-0.125   (ggml-quants.c dequantize_row_iq1_s / _m)
+
+Products (vec_dot_type Q8_K), as llama.cpp's x86 build runs them (no repack, no tinyBLAS; every integer sum is
+exact, the float operations per output are ggml's). Per super-block, with the scales on each lane: gl = 8 int32
+lanes of the grid values times the activations (lane j: weights 4j..4j+3 of each sub-block), dl = the same of the
+deltas' signs; d = dx * y.d:
+
+    one token, and batches below     AVX2 ggml_vec_dot_iq1_<s|m>_q8_K:
+    kquants.TILED_MIN_BATCH tokens   IQ1_S: A = fma(d, (float)gl, A), a1 = fma(d, (float)sum(dl), a1) (GCC contracts
+                                            `accum1 += d * sumi1`); out = hsum_float_8(A) + 0.125f * a1
+                                     IQ1_M: A = fma(d, (float)gl, A), A2 = fma(d, (float)dl, A2);
+                                            out = hsum_float_8(A) + 0.125f * hsum_float_8(A2)                  VEC
+    batches from there on            the tiled matmul (ggml-cpu/tiled, codes 8 * grid + delta sign): s1 = 8 sum(gl)
+                                     + sum(dl), acc = fma((dx * 0.125f) * (float)s1, y.d, acc)            TILED
+
+AVX2: one token reads the rows as stored (as ggml's kernels: vpmaddubsw of |grid| with the activations signed by
+the grid, and of ones with the activations signed by the deltas, then vpmaddwd by the scales). A batch decodes each
+row once per pass of tokens (q32.pass_tokens) into signed grid values, delta signs and scales, and runs four tokens
+a time over them against activations + 128 (the bias's share subtracted per super-block, exact). Without AVX2 the
+same sums run on scalars (_mm_scalar). No repack: the weights stay the file's blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import ijit, jit, pjit, work_chunks
+from ..fp16 import fma_f32
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from . import q32
+from .iq4 import hsum_float_8
+from .iq_grid import TILED, VEC, biased, hsum8v
+from .iq_tables import IQ1S_GRID
+from .kquants import TILED_MIN_BATCH
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, abs8, cvt_f32, dpwssd, entries4, ffma, halves16, hsum32, load16x16, load32, load8x32,
+                    maddubs, mul32, sign8, splat32, splat8, splatf, store16x16, store32, store8x32, sub32, zero32,
+                    zerof)
+from .base import BlockFormat, register
+
+QK = 32
+# the kernels' TYPE argument: the ggml type id
+IQ1_S, IQ1_M = int(GGMLType.IQ1_S), int(GGMLType.IQ1_M)
+TYPES = (IQ1_S, IQ1_M)
+GRID = IQ1S_GRID  # (2048 * 8,) uint8: int8 -1, 0, 1
+DELTA_SIGNS = np.array([1] * 8 + [0xFF] * 8, np.uint8)  # entries4's table: entry 0 = eight +1, entry 1 = eight -1
+DELTA = np.float32(0.125)  # IQ1S_DELTA, IQ1M_DELTA
+
+
+@ijit
+def _bytes(TYPE):
+    """Bytes per super-block."""
+    return 50 if TYPE == IQ1_S else 56
+
+
+# ----------------------------------------------------------------------------------------- block fields
+
+@ijit
+def _d(row, o, TYPE):
+    """The super-block's d (IQ1_M: the fp16 in the top nibbles of its four scale words)."""
+    if TYPE == IQ1_S:
+        return f16_to_f32(read_u16(row, o))
+    return f16_to_f32((read_u16(row, o + 48) >> 12) | ((read_u16(row, o + 50) >> 8) & 0x00F0)
+                      | ((read_u16(row, o + 52) >> 4) & 0x0F00) | (read_u16(row, o + 54) & 0xF000))
+
+
+@ijit
+def _index(row, o, TYPE, ib, e):
+    """Grid index of entry e of sub-block ib."""
+    if TYPE == IQ1_S:
+        return np.int64(row[o + 2 + 4 * ib + e]) | ((np.int64(read_u16(row, o + 34 + 2 * ib)) >> (3 * e)) & 7) << 8
+    return np.int64(row[o + 4 * ib + e]) | ((np.int64(row[o + 32 + 2 * ib + e // 2]) << (8 - 4 * (e % 2))) & 0x700)
+
+
+@ijit
+def _neg(row, o, TYPE, ib, e):
+    """1 where entry e of sub-block ib has the delta -1/8, 0 where +1/8."""
+    if TYPE == IQ1_S:
+        return np.int64(read_u16(row, o + 34 + 2 * ib) >> 15)
+    return np.int64((row[o + 32 + 2 * ib + e // 2] >> (3 + 4 * (e % 2))) & 1)
+
+
+@ijit
+def _ls(row, o, TYPE, ib, h):
+    """The scale 2 ls + 1 of weights 16h..16h+15 of sub-block ib."""
+    if TYPE == IQ1_S:
+        return np.int32(2 * ((read_u16(row, o + 34 + 2 * ib) >> 12) & 7) + 1)
+    return np.int32(2 * ((read_u16(row, o + 48 + 2 * (ib // 2)) >> (6 * (ib % 2) + 3 * h)) & 7) + 1)
+
+
+# ----------------------------------------------------------------------------------------- dequantize
+
+@jit
+def _dequantize(raw, ids, out, TYPE, grid):
+    """out[i] = row ids[i]: (d * (2 ls + 1)) * (grid value + delta)."""
+    BYTES = _bytes(TYPE)
+    for i in range(ids.shape[0]):
+        row = raw[ids[i]]
+        for sb in range(out.shape[1] // QK_K):
+            o = sb * BYTES
+            d = _d(row, o, TYPE)
+            for ib in range(8):
+                for e in range(4):
+                    dl = np.float32(d * np.float32(_ls(row, o, TYPE, ib, e // 2)))
+                    delta = -DELTA if _neg(row, o, TYPE, ib, e) else DELTA
+                    g = _index(row, o, TYPE, ib, e) * 8
+                    for j in range(8):
+                        v = np.float32(np.int8(grid[g + j])) + delta
+                        out[i, QK_K * sb + QK * ib + 8 * e + j] = np.float32(dl * v)
+
+
+def _dequantizer(TYPE):
+    def dequantize_rows(raw, ids, out):
+        _dequantize(raw, ids, out, TYPE, GRID)
+
+    return dequantize_rows
+
+
+# ----------------------------------------------------------------------------------------- scalar kernels
+
+@jit
+def _lanes_scalar(row, o, TYPE, ib, grid, qa, t, e0, gl, dl):
+    """gl[j], dl[j] += (2 ls + 1) * lane j's 4-product sums of sub-block ib (grid values, delta signs) with the
+    activations qa[t, e0:e0+32]."""
+    for j in range(8):
+        e = j // 2
+        g = _index(row, o, TYPE, ib, e) * 8
+        sign = np.int32(-1) if _neg(row, o, TYPE, ib, e) else np.int32(1)
+        sg = np.int32(0)
+        sd = np.int32(0)
+        for k in range(4 * j, 4 * j + 4):
+            q = np.int32(qa[t, e0 + k])
+            sg += np.int32(np.int8(grid[g + k % 8])) * q
+            sd += sign * q
+        ls = _ls(row, o, TYPE, ib, j // 4)
+        gl[j] += ls * sg
+        dl[j] += ls * sd
+
+
+@pjit
+def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
+    """out (T, N) in the float sequence MODE (module docstring) from the raw rows, lane by lane."""
+    T, K = qa.shape
+    N = out.shape[1]
+    BYTES = _bytes(TYPE)
+    for n in prange(N):
+        row = raw[n]
+        A = np.zeros(8, np.float32)
+        A2 = np.zeros(8, np.float32)
+        gl = np.zeros(8, np.int32)
+        dl = np.zeros(8, np.int32)
+        for t in range(T):
+            A[:] = 0
+            A2[:] = 0
+            s = np.float32(0)
+            for sb in range(K // QK_K):
+                o = sb * BYTES
+                gl[:] = 0
+                dl[:] = 0
+                for ib in range(8):
+                    _lanes_scalar(row, o, TYPE, ib, grid, qa, t, QK_K * sb + QK * ib, gl, dl)
+                dx = _d(row, o, TYPE)
+                if MODE == TILED:
+                    s1 = np.float32(8 * gl.sum() + dl.sum())
+                    s = fma_f32(np.float32(np.float32(dx * DELTA) * s1), yd[t, sb], s)
+                else:
+                    d = np.float32(dx * yd[t, sb])
+                    for j in range(8):
+                        A[j] = fma_f32(d, np.float32(gl[j]), A[j])
+                        A2[j] = fma_f32(d, np.float32(dl[j]), A2[j])
+                    s = fma_f32(d, np.float32(dl.sum()), s)
+            if MODE == TILED:
+                out[t, n] = s
+            elif TYPE == IQ1_S:
+                out[t, n] = np.float32(hsum_float_8(A) + np.float32(DELTA * s))
+            else:
+                out[t, n] = np.float32(hsum_float_8(A) + np.float32(DELTA * hsum_float_8(A2)))
+
+
+# ----------------------------------------------------------------------------------------- AVX2 kernels
+
+@ijit
+def _grid32(row, o, TYPE, ib):
+    """Sub-block ib's 32 grid values (<32 x i8>)."""
+    return entries4(GRID, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
+                    _index(row, o, TYPE, ib, 3))
+
+
+@ijit
+def _delta32(row, o, TYPE, ib):
+    """Sub-block ib's 32 delta signs (<32 x i8> of +-1)."""
+    if TYPE == IQ1_S:
+        return splat8(np.int8(1 - 2 * _neg(row, o, TYPE, ib, 0)))
+    return entries4(DELTA_SIGNS, _neg(row, o, TYPE, ib, 0), _neg(row, o, TYPE, ib, 1), _neg(row, o, TYPE, ib, 2),
+                    _neg(row, o, TYPE, ib, 3))
+
+
+@ijit
+def _scales16(row, o, TYPE, ib):
+    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above."""
+    return halves16(_ls(row, o, TYPE, ib, 0), _ls(row, o, TYPE, ib, 1))
+
+
+@ijit
+def _step(TYPE, MODE, dx, yd, gl, dl, A, A2, s):
+    """One super-block's float step (module docstring) from its lanes gl, dl."""
+    if MODE == TILED:
+        s1 = np.float32(8 * hsum32(gl) + hsum32(dl))
+        return A, A2, fma_f32(np.float32(np.float32(dx * DELTA) * s1), yd, s)
+    d = np.float32(dx * yd)
+    A = ffma(splatf(d), cvt_f32(gl), A)
+    if TYPE == IQ1_S:
+        return A, A2, fma_f32(d, np.float32(hsum32(dl)), s)
+    return A, ffma(splatf(d), cvt_f32(dl), A2), s
+
+
+@ijit
+def _finish(TYPE, MODE, A, A2, s):
+    """The output from the accumulators."""
+    if MODE == TILED:
+        return s
+    if TYPE == IQ1_S:
+        return np.float32(hsum8v(A) + np.float32(DELTA * s))
+    return np.float32(hsum8v(A) + np.float32(DELTA * hsum8v(A2)))
+
+
+@ijit
+def _row_one(row, TYPE, MODE, qa, t, yd):
+    """One row with token t, straight from its blocks."""
+    K = qa.shape[1]
+    BYTES = _bytes(TYPE)
+    ones = splat8(1)
+    A = zerof()
+    A2 = zerof()
+    s = np.float32(0)
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        gl = zero32()
+        dl = zero32()
+        for ib in range(8):
+            q = load32(qa, t * K + QK_K * sb + QK * ib)
+            g = _grid32(row, o, TYPE, ib)
+            scales = _scales16(row, o, TYPE, ib)
+            gl = dpwssd(gl, maddubs(abs8(g), sign8(q, g)), scales)
+            dl = dpwssd(dl, maddubs(ones, sign8(q, _delta32(row, o, TYPE, ib))), scales)
+        A, A2, s = _step(TYPE, MODE, _d(row, o, TYPE), yd[t, sb], gl, dl, A, A2, s)
+    return _finish(TYPE, MODE, A, A2, s)
+
+
+@ijit
+def _decode_row(row, TYPE, K, dq, corr, dx):
+    """The row's sub-block b into dq at 96b: its grid values, delta signs and vpmaddwd scales (_scales16); per
+    super-block the lanes' bias corrections into corr (64 bytes each: 128 * the scaled lane sums of the grid values,
+    then of the delta signs, which the biased activations add) and its d into dx."""
+    BYTES = _bytes(TYPE)
+    ones = splat8(1)
+    b128 = splat32(128)
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        dx[sb] = _d(row, o, TYPE)
+        cg = zero32()
+        cd = zero32()
+        for ib in range(8):
+            p = 96 * (8 * sb + ib)
+            g = _grid32(row, o, TYPE, ib)
+            delta = _delta32(row, o, TYPE, ib)
+            scales = _scales16(row, o, TYPE, ib)
+            store32(dq, p, g)
+            store32(dq, p + 32, delta)
+            store16x16(dq, p + 64, scales)
+            cg = dpwssd(cg, maddubs(ones, g), scales)
+            cd = dpwssd(cd, maddubs(ones, delta), scales)
+        store8x32(corr, 64 * sb, mul32(cg, b128))
+        store8x32(corr, 64 * sb + 32, mul32(cd, b128))
+
+
+@ijit
+def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
+    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
+    sub-block loaded once for the four. qb: the activations + 128 (unsigned; |pair sums| <= 2 * 255 < 2^15), the
+    +128's share subtracted per super-block (corr)."""
+    K = qb.shape[1]
+    for t in range(t0, t1, 4):
+        u = min(t + 1, t1 - 1)
+        v = min(t + 2, t1 - 1)
+        x = min(t + 3, t1 - 1)
+        z = zerof()
+        A0, A1, A2, A3 = z, z, z, z
+        B0, B1, B2, B3 = z, z, z, z
+        s0 = s1 = s2 = s3 = np.float32(0)
+        for s in range(K // QK_K):
+            g0 = zero32()
+            g1 = zero32()
+            g2 = zero32()
+            g3 = zero32()
+            d0 = zero32()
+            d1 = zero32()
+            d2 = zero32()
+            d3 = zero32()
+            for ib in range(8):
+                b = 8 * s + ib
+                g = load32(dq, 96 * b)
+                delta = load32(dq, 96 * b + 32)
+                scales = load16x16(dq, 96 * b + 64)
+                q0 = load32(qb, t * K + QK * b)
+                q1 = load32(qb, u * K + QK * b)
+                q2 = load32(qb, v * K + QK * b)
+                q3 = load32(qb, x * K + QK * b)
+                g0 = dpwssd(g0, maddubs(q0, g), scales)
+                g1 = dpwssd(g1, maddubs(q1, g), scales)
+                g2 = dpwssd(g2, maddubs(q2, g), scales)
+                g3 = dpwssd(g3, maddubs(q3, g), scales)
+                d0 = dpwssd(d0, maddubs(q0, delta), scales)
+                d1 = dpwssd(d1, maddubs(q1, delta), scales)
+                d2 = dpwssd(d2, maddubs(q2, delta), scales)
+                d3 = dpwssd(d3, maddubs(q3, delta), scales)
+            cg = load8x32(corr, 64 * s)
+            cd = load8x32(corr, 64 * s + 32)
+            A0, B0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(g0, cg), sub32(d0, cd), A0, B0, s0)
+            A1, B1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(g1, cg), sub32(d1, cd), A1, B1, s1)
+            A2, B2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(g2, cg), sub32(d2, cd), A2, B2, s2)
+            A3, B3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(g3, cg), sub32(d3, cd), A3, B3, s3)
+        out[t, n] = _finish(TYPE, MODE, A0, B0, s0)
+        out[u, n] = _finish(TYPE, MODE, A1, B1, s1)
+        out[v, n] = _finish(TYPE, MODE, A2, B2, s2)
+        out[x, n] = _finish(TYPE, MODE, A3, B3, s3)
+
+
+def _mm_avx2_of(TYPE: int):
+    """The AVX2 kernel of one type, TYPE a constant of its closure (so its branches fold: iq_grid._mm_avx2_of)."""
+
+    @pjit
+    def mm(raw, MODE, qa, yd, out, nt):
+        """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token:
+        rows straight from their blocks; a batch: work items of one row x one pass of tokens (passes outermost),
+        each row decoded once per item."""
+        T, K = qa.shape
+        N = raw.shape[0]
+        if T == 1:
+            for c in prange(nt):
+                for n in range(c * N // nt, (c + 1) * N // nt):
+                    out[0, n] = _row_one(raw[n], TYPE, MODE, qa, 0, yd)
+            return
+        qb = biased(qa)
+        tp = q32.pass_tokens(T, K)
+        n_pass = (T + tp - 1) // tp
+        n_items = N * n_pass
+        for c in prange(nt):
+            dq = np.empty(3 * K, np.uint8)
+            corr = np.empty(K // QK_K * 64, np.uint8)
+            dx = np.empty(K // QK_K, np.float32)
+            for item in range(c * n_items // nt, (c + 1) * n_items // nt):
+                n = item % N
+                t0 = (item // N) * tp
+                _decode_row(raw[n], TYPE, K, dq, corr, dx)
+                _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, min(T, t0 + tp), n, out)
+
+    return mm
+
+
+_MM_AVX2 = {t: _mm_avx2_of(t) for t in TYPES}
+
+
+def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray, mode: int) -> None:
+    """out (T, N) = raw's rows times the Q8_K activations a, in the float sequence mode."""
+    if HAS_AVX2:
+        _MM_AVX2[TYPE](raw, mode, a.qs, a.d, out, work_chunks())
+    else:
+        _mm_scalar(raw, TYPE, mode, a.qs, a.d, GRID, out)
+
+
+# ----------------------------------------------------------------------------------------- formats
+
+def _pack(raw, K):
+    """The rows as stored (no repack)."""
+    return (raw,)
+
+
+def _register(ggml_type: GGMLType) -> BlockFormat:
+    TYPE = int(ggml_type)
+
+    def mm(packed, a, out):
+        """Every row in the single-token order (gemv, and the default batch-invariant gemm)."""
+        run(TYPE, packed[0], a, out, VEC)
+
+    def mm_llama(packed, a, out):
+        """A batch in llama.cpp's batch order: the tiled matmul from TILED_MIN_BATCH tokens."""
+        run(TYPE, packed[0], a, out, TILED if a.qs.shape[0] >= TILED_MIN_BATCH else VEC)
+
+    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
+    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_K, _dequantizer(TYPE), _pack, mm, mm,
+                                mm_llama))
+
+
+for _t in (GGMLType.IQ1_S, GGMLType.IQ1_M):
+    _register(_t)
