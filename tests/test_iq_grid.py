@@ -1,7 +1,8 @@
-"""The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (kernels/quants/iq_grid.py) and IQ1_S, IQ1_M
-(kernels/quants/iq1.py) against ggml itself: tests/reference/iq_grid.bin and iq1.bin hold random rows quantized by
-ggml_quantize_chunk, the products ggml computed with them in a plain context (llama.cpp repacks none of these types:
-ggml_vec_dot below 8 tokens, the tiled matmul from 8 on) and the rows dequantized by ggml
+"""The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (kernels/quants/iq_grid.py), IQ1_S, IQ1_M
+(kernels/quants/iq1.py) and the ternary TQ1_0, TQ2_0 (kernels/quants/tq.py) against ggml itself:
+tests/reference/iq_grid.bin, iq1.bin and tq.bin hold random rows quantized by ggml_quantize_chunk, the products ggml
+computed with them in a plain context (llama.cpp repacks none of these types: ggml_vec_dot below 8 tokens, the tiled
+matmul from 8 on; TQ: vec_dot at every size) and the rows dequantized by ggml
 (tests/reference/harness/iq_grid.c, commands in tests/reference/README.md). Whole tiny models in these types:
 test_reference_llama.py (the evalcb/ and completion/ files of tiny-llama-IQ3_XS, -IQ3_S, -IQ3_M, the IQ2 models
 and IQ1_M)."""
@@ -17,24 +18,35 @@ from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
 from kernels.order import Order
-from kernels.quants import get_format, iq1, iq_grid
+from kernels.quants import get_format, iq1, iq_grid, tq
 from kernels.quants.vec_dot_type import quantize_activations
 
 ROWS = 2000  # the harness writes 2000 + type for the dequantized rows
 
-ALL = harness_cases("iq_grid.bin") + harness_cases("iq1.bin")
+ALL = harness_cases("iq_grid.bin") + harness_cases("iq1.bin") + harness_cases("tq.bin")
 CASES = [c for c in ALL if c[0] < ROWS]  # (type, K, N, T, raw (N, row_bytes), x (T, K), ggml's out (T, N))
 ROW_CASES = [(c[0] - ROWS,) + c[1:] for c in ALL if c[0] >= ROWS]  # out: ggml's rows (N, K)
 IDS = [f"{GGMLType(c[0]).name}-K{c[1]}-N{c[2]}-T{c[3]}" for c in CASES]
 TYPES = [GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S, GGMLType.IQ1_S,
-         GGMLType.IQ1_M]
+         GGMLType.IQ1_M, GGMLType.TQ1_0, GGMLType.TQ2_0]
 
 
-def _module_and_grid(typ):
-    """The kernel module of a type and its grid (uint8 bytes)."""
-    if int(typ) in iq1.TYPES:
-        return iq1, iq1.GRID
-    return iq_grid, iq_grid.GRIDS[int(typ)]
+def _grid(typ):
+    """A type's grid as signed values (None: TQ, no grid)."""
+    if int(typ) in tq.TYPES:
+        return None
+    return iq1.GRID.view(np.int8) if int(typ) in iq1.TYPES else iq_grid.GRIDS[int(typ)]
+
+
+def _portable(typ, raw, a, out):
+    """The scalar kernel of a type's module, in llama.cpp's batch order."""
+    mode = iq_grid.TILED if a.qs.shape[0] >= iq_grid.TILED_MIN_BATCH else iq_grid.VEC
+    if int(typ) in tq.TYPES:
+        tq._mm_scalar(raw, int(typ), a.qs, a.d, a.bsums, out)
+    elif int(typ) in iq1.TYPES:
+        iq1._mm_scalar(raw, int(typ), mode, a.qs, a.d, iq1.GRID, out)
+    else:
+        iq_grid._mm_scalar(raw, int(typ), mode, a.qs, a.d, iq_grid.GRIDS[int(typ)], out)
 
 
 def _same_bits(a, b) -> bool:
@@ -86,9 +98,7 @@ def test_portable_kernels_equal_ggml(case):
     typ, K, N, T, raw, x, ref = case
     a = quantize_activations(get_format(typ).vec_dot_type, x.copy())
     out = np.empty((T, N), np.float32)
-    mode = iq_grid.TILED if T >= iq_grid.TILED_MIN_BATCH else iq_grid.VEC
-    module, grid = _module_and_grid(typ)
-    module._mm_scalar(raw, int(typ), mode, a.qs, a.d, grid, out)
+    _portable(typ, raw, a, out)
     assert _same_bits(out, ref)
 
 
@@ -107,17 +117,19 @@ def test_dequantize_and_grids_equal_gguf_py(typ):
     from gguf.constants import GGMLQuantizationType as QT
 
     cls = getattr(gguf_quants, typ.name)
-    cls.init_grid()
-    grid = _module_and_grid(typ)[1]
-    ours = (grid.view(np.int8) if int(typ) in iq1.TYPES else grid).astype(np.float32)
-    assert np.array_equal(np.asarray(cls.grid).reshape(-1), ours)
+    if _grid(typ) is not None:
+        cls.init_grid()
+        assert np.array_equal(np.asarray(cls.grid).reshape(-1), _grid(typ).astype(np.float32))
     fmt = get_format(typ)
     rng = np.random.default_rng(int(typ))
     blocks = rng.integers(0, 256, (12, fmt.type_size), dtype=np.uint8)
+    d = rng.normal(size=12).astype(np.float16).view(np.uint8).reshape(-1, 2)
     if typ == GGMLType.IQ1_M:  # d's fp16 in the top nibbles of the scale words: exponent below 0x10, finite
         blocks[:, 55] &= 0xBF
+    elif int(typ) in tq.TYPES:  # d last
+        blocks[:, -2:] = d
     else:
-        blocks[:, :2] = rng.normal(size=12).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        blocks[:, :2] = d
     ref = gguf_quants.dequantize(blocks.reshape(-1), QT(int(typ))).reshape(-1).astype(np.float32)
     assert _same_bits(dequantize(typ, blocks.reshape(-1), 12 * fmt.block_size), ref)
 

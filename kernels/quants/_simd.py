@@ -9,7 +9,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                unaligned), load_u32, load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
-               mul32, splat*, pair16, q5_bits (Q5 fifth bits), hsum32
+               mul32, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3 digits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
@@ -267,6 +267,7 @@ add16 = _make_binop(V16I16, "add")
 add32 = _make_binop(V8I32, "add")
 sub32 = _make_binop(V8I32, "sub")
 mul32 = _make_binop(V8I32, "mul")
+mul8 = _make_binop(V32I8, "mul")  # bytes times bytes mod 256 (no x86 instruction: LLVM widens to vpmullw)
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")
 
@@ -571,6 +572,22 @@ def sign_bytes(typingctx, bits):
         return builder.or_(builder.sext(neg, v8), ir.Constant(v8, [1] * 32))
 
     return V32I8(bits), codegen
+
+
+@intrinsic
+def trits8(typingctx, v):
+    """<32 x i8>: (v * 3) >> 8 of the unsigned bytes v, i.e. (v >= 86) + (v >= 171): the top base-3 digit of a
+    byte of TQ1_0's packing (ggml's AVX2 kernel gets the same digits by vpsubusb, vpavgb and a shift)."""
+    if v != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = V32I8.llvm_type()
+        one = builder.zext(builder.icmp_unsigned(">=", args[0], ir.Constant(v8, [86] * 32)), v8)
+        two = builder.zext(builder.icmp_unsigned(">=", args[0], ir.Constant(v8, [171] * 32)), v8)
+        return builder.add(one, two)
+
+    return V32I8(v), codegen
 
 
 @intrinsic

@@ -1,0 +1,281 @@
+"""The ternary formats TQ1_0 and TQ2_0 (TriLM / BitNet b1.58 weights): 256 weights of -1, 0 or 1 a super-block
+and one fp16 scale d; stored as u = weight + 1 in 0..2.
+
+Super-block layouts (weight w; "digit n of byte b" = ((b * 3^n mod 256) * 3) >> 8, the base-3 packing of
+ggml-quants.c quantize_row_tq1_0_ref):
+    TQ1_0 (54 bytes)   w < 160: digit w/32 of byte w%32; w < 240: digit (w-160)/16 of byte 32 + (w-160)%16;
+                       w >= 240: digit (w-240)/4 of byte 48 + (w-240)%4; d fp16 at [52:54)
+    TQ2_0 (66 bytes)   bits 2l..2l+1 of byte 32j + m are weight 128j + 32l + m; d fp16 at [64:66)
+    weight = (float)(u - 1) * d              (ggml-quants.c dequantize_row_tq1_0 / _tq2_0)
+
+Products (vec_dot_type Q8_K): llama.cpp runs AVX2 ggml_vec_dot_tq{1,2}_0_q8_K for every batch size (no repack, no
+tiled matmul, no tinyBLAS for these types), so both orders are the one below. Per super-block, 8 int32 lanes: lane
+k = sum over the eight 32-weight chunks c of u * q over weights 32c + 4k .. 32c + 4k + 3, minus the activations'
+bsums of weights 32k .. 32k + 31 (ggml's vpmaddubsw sums, then the bsums subtracted in 16 bits and vpmaddwd by
+ones; exact: |16-bit sums| < 2^13). Then sumf = fma((float)lane, y.d * d, sumf) (GCC contracts ggml's
+_mm256_add_ps(_mm256_mul_ps(...), sumf)); out = hsum_float_8(sumf).
+
+AVX2: TQ2_0's chunks are shifts and masks of its bytes; TQ1_0's are digits of bytes times 3^n (mul8, trits8),
+decoded per super-block into a 256-byte scratch. One token reads the rows as stored; a batch decodes each row once
+per pass of tokens into u bytes and runs four tokens a time over them. Without AVX2 the same sums run on scalars.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..config import ijit, jit, pjit, work_chunks
+from ..fp16 import fma_f32
+from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from . import q32
+from .iq4 import hsum_float_8
+from .iq_grid import hsum8v
+from ._bits import f16_to_f32, read_u16
+from ._simd import (HAS_AVX2, and8, bcast16b, bcast4, cvt_f32, dpwssd, ffma, load16x16, load32, maddubs, mul8,
+                    splat16, splat8, splatf, srl16, store32, sub32, trits8, zero32, zerof)
+from .base import BlockFormat, register
+
+TQ1_0, TQ2_0 = int(GGMLType.TQ1_0), int(GGMLType.TQ2_0)
+TYPES = (TQ1_0, TQ2_0)
+# mul8's multipliers of TQ1_0's bytes 32..47 (both halves of a bcast16b) and of its qh bytes (bcast4), per chunk
+POW3_HALVES = np.array([1] * 16 + [3] * 16 + [9] * 16 + [27] * 16 + [81] * 32, np.uint8)  # chunks 5, 6, 7
+POW3_QH = np.array([1] * 4 + [3] * 4 + [9] * 4 + [27] * 4 + [0] * 16, np.uint8)  # weights 240..255, then unused
+
+
+@ijit
+def _bytes(TYPE):
+    """Bytes per super-block."""
+    return 54 if TYPE == TQ1_0 else 66
+
+
+@ijit
+def _d(row, o, TYPE):
+    return f16_to_f32(read_u16(row, o + (52 if TYPE == TQ1_0 else 64)))
+
+
+@ijit
+def _digit(b, n):
+    """Digit n of the byte b's base-3 packing."""
+    return ((np.int32(b) * np.int32(3 ** n)) & 255) * 3 >> 8
+
+
+@ijit
+def _u(row, o, TYPE, w):
+    """Weight w's u = weight + 1."""
+    if TYPE == TQ2_0:
+        return np.int32((row[o + 32 * (w // 128) + w % 32] >> (2 * ((w % 128) // 32))) & 3)
+    if w < 160:
+        return _digit(row[o + w % 32], w // 32)
+    if w < 240:
+        return _digit(row[o + 32 + (w - 160) % 16], (w - 160) // 16)
+    return _digit(row[o + 48 + (w - 240) % 4], (w - 240) // 4)
+
+
+# ----------------------------------------------------------------------------------------- dequantize
+
+@jit
+def _dequantize(raw, ids, out, TYPE):
+    """out[i] = row ids[i]: (float)(u - 1) * d."""
+    BYTES = _bytes(TYPE)
+    for i in range(ids.shape[0]):
+        row = raw[ids[i]]
+        for sb in range(out.shape[1] // QK_K):
+            o = sb * BYTES
+            d = _d(row, o, TYPE)
+            for w in range(QK_K):
+                out[i, QK_K * sb + w] = np.float32(np.float32(_u(row, o, TYPE, w) - 1) * d)
+
+
+def _dequantizer(TYPE):
+    def dequantize_rows(raw, ids, out):
+        _dequantize(raw, ids, out, TYPE)
+
+    return dequantize_rows
+
+
+# ----------------------------------------------------------------------------------------- scalar kernels
+
+@pjit
+def _mm_scalar(raw, TYPE, qa, yd, bsums, out):
+    """out (T, N) from the raw rows, lane by lane (module docstring)."""
+    T, K = qa.shape
+    N = out.shape[1]
+    BYTES = _bytes(TYPE)
+    for n in prange(N):
+        row = raw[n]
+        A = np.zeros(8, np.float32)
+        for t in range(T):
+            A[:] = 0
+            for sb in range(K // QK_K):
+                o = sb * BYTES
+                d = np.float32(yd[t, sb] * _d(row, o, TYPE))
+                for k in range(8):
+                    lane = -np.int32(bsums[t, 16 * sb + 2 * k]) - np.int32(bsums[t, 16 * sb + 2 * k + 1])
+                    for c in range(8):
+                        for w in range(32 * c + 4 * k, 32 * c + 4 * k + 4):
+                            lane += _u(row, o, TYPE, w) * np.int32(qa[t, QK_K * sb + w])
+                    A[k] = fma_f32(np.float32(lane), d, A[k])
+            out[t, n] = hsum_float_8(A)
+
+
+# ----------------------------------------------------------------------------------------- AVX2 kernels
+
+@ijit
+def _chunk(row, o, TYPE, c, scr):
+    """Chunk c's 32 u bytes (<32 x i8>): TQ2_0 from its bytes, TQ1_0 from the scratch _decode_tq1 filled."""
+    if TYPE == TQ2_0:
+        return and8(srl16(load32(row, o + 32 * (c // 4)), 2 * (c % 4)), splat8(3))
+    return load32(scr, 32 * c)
+
+
+@ijit
+def _decode_tq1(row, o, scr):
+    """TQ1_0: the super-block's 256 u bytes into scr[0:256) (scr holds 272: the last store runs 16 bytes over)."""
+    b = load32(row, o)
+    for c in range(5):
+        store32(scr, 32 * c, trits8(mul8(b, splat8(np.int8(3 ** c)))))
+    h = bcast16b(row, o + 32)
+    for c in range(3):
+        store32(scr, 160 + 32 * c, trits8(mul8(h, load32(POW3_HALVES, 32 * c))))
+    store32(scr, 240, trits8(mul8(bcast4(row, o + 48), load32(POW3_QH, 0))))
+
+
+@ijit
+def _lanes(row, o, TYPE, scr, qa, oa, bsums, ob):
+    """The super-block's 8 int32 lanes with the 256 activations at byte oa of qa (bsums at int16 ob)."""
+    ones = splat16(1)
+    acc = zero32()
+    for c in range(8):
+        acc = dpwssd(acc, maddubs(_chunk(row, o, TYPE, c, scr), load32(qa, oa + 32 * c)), ones)
+    return sub32(acc, dpwssd(zero32(), load16x16(bsums, 2 * ob), ones))
+
+
+@ijit
+def _row_one(row, TYPE, qa, t, yd, bsums, scr):
+    """One row with token t, straight from its blocks."""
+    K = qa.shape[1]
+    BYTES = _bytes(TYPE)
+    A = zerof()
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        if TYPE == TQ1_0:
+            _decode_tq1(row, o, scr)
+        lanes = _lanes(row, o, TYPE, scr, qa, t * K + QK_K * sb, bsums, (t * K + QK_K * sb) // 16)
+        A = ffma(cvt_f32(lanes), splatf(np.float32(yd[t, sb] * _d(row, o, TYPE))), A)
+    return hsum8v(A)
+
+
+@ijit
+def _decode_row(row, TYPE, K, dq, dx):
+    """The row's u bytes into dq (K), its d per super-block into dx."""
+    BYTES = _bytes(TYPE)
+    for sb in range(K // QK_K):
+        o = sb * BYTES
+        dx[sb] = _d(row, o, TYPE)
+        if TYPE == TQ1_0:
+            _decode_tq1(row, o, dq[QK_K * sb:])
+        else:
+            for c in range(8):
+                store32(dq, QK_K * sb + 32 * c, _chunk(row, o, TYPE, c, dq))
+
+
+@ijit
+def _row_tokens(dq, dx, qa, yd, bsums, t0, t1, n, out):
+    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token)."""
+    K = qa.shape[1]
+    ones = splat16(1)
+    for t in range(t0, t1, 4):
+        u = min(t + 1, t1 - 1)
+        v = min(t + 2, t1 - 1)
+        x = min(t + 3, t1 - 1)
+        z = zerof()
+        A0, A1, A2, A3 = z, z, z, z
+        for s in range(K // QK_K):
+            a0 = zero32()
+            a1 = zero32()
+            a2 = zero32()
+            a3 = zero32()
+            for c in range(8):
+                e = QK_K * s + 32 * c
+                w = load32(dq, e)
+                a0 = dpwssd(a0, maddubs(w, load32(qa, t * K + e)), ones)
+                a1 = dpwssd(a1, maddubs(w, load32(qa, u * K + e)), ones)
+                a2 = dpwssd(a2, maddubs(w, load32(qa, v * K + e)), ones)
+                a3 = dpwssd(a3, maddubs(w, load32(qa, x * K + e)), ones)
+            a0 = sub32(a0, dpwssd(zero32(), load16x16(bsums, 2 * ((t * K + QK_K * s) // 16)), ones))
+            a1 = sub32(a1, dpwssd(zero32(), load16x16(bsums, 2 * ((u * K + QK_K * s) // 16)), ones))
+            a2 = sub32(a2, dpwssd(zero32(), load16x16(bsums, 2 * ((v * K + QK_K * s) // 16)), ones))
+            a3 = sub32(a3, dpwssd(zero32(), load16x16(bsums, 2 * ((x * K + QK_K * s) // 16)), ones))
+            A0 = ffma(cvt_f32(a0), splatf(np.float32(yd[t, s] * dx[s])), A0)
+            A1 = ffma(cvt_f32(a1), splatf(np.float32(yd[u, s] * dx[s])), A1)
+            A2 = ffma(cvt_f32(a2), splatf(np.float32(yd[v, s] * dx[s])), A2)
+            A3 = ffma(cvt_f32(a3), splatf(np.float32(yd[x, s] * dx[s])), A3)
+        out[t, n] = hsum8v(A0)
+        out[u, n] = hsum8v(A1)
+        out[v, n] = hsum8v(A2)
+        out[x, n] = hsum8v(A3)
+
+
+def _mm_avx2_of(TYPE: int):
+    """The AVX2 kernel of one type, TYPE a constant of its closure (so its branches fold: iq_grid._mm_avx2_of)."""
+
+    @pjit
+    def mm(raw, qa, yd, bsums, out, nt):
+        """out (T, N) in nt chunks in parallel (any nt: the same bits). One token: rows straight from their
+        blocks; a batch: work items of one row x one pass of tokens (passes outermost), each row decoded once per
+        item."""
+        T, K = qa.shape
+        N = raw.shape[0]
+        if T == 1:
+            for c in prange(nt):
+                scr = np.empty(QK_K + 32, np.uint8)
+                for n in range(c * N // nt, (c + 1) * N // nt):
+                    out[0, n] = _row_one(raw[n], TYPE, qa, 0, yd, bsums, scr)
+            return
+        tp = q32.pass_tokens(T, K)
+        n_pass = (T + tp - 1) // tp
+        n_items = N * n_pass
+        for c in prange(nt):
+            dq = np.empty(K + 32, np.uint8)
+            dx = np.empty(K // QK_K, np.float32)
+            for item in range(c * n_items // nt, (c + 1) * n_items // nt):
+                n = item % N
+                t0 = (item // N) * tp
+                _decode_row(raw[n], TYPE, K, dq, dx)
+                _row_tokens(dq, dx, qa, yd, bsums, t0, min(T, t0 + tp), n, out)
+
+    return mm
+
+
+_MM_AVX2 = {t: _mm_avx2_of(t) for t in TYPES}
+
+
+def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray) -> None:
+    """out (T, N) = raw's rows times the Q8_K activations a."""
+    if HAS_AVX2:
+        _MM_AVX2[TYPE](raw, a.qs, a.d, a.bsums, out, work_chunks())
+    else:
+        _mm_scalar(raw, TYPE, a.qs, a.d, a.bsums, out)
+
+
+# ----------------------------------------------------------------------------------------- formats
+
+def _pack(raw, K):
+    """The rows as stored (no repack)."""
+    return (raw,)
+
+
+def _register(ggml_type: GGMLType) -> BlockFormat:
+    TYPE = int(ggml_type)
+
+    def mm(packed, a, out):
+        """Every row in ggml_vec_dot's order (llama.cpp's for any batch)."""
+        run(TYPE, packed[0], a, out)
+
+    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
+    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_K, _dequantizer(TYPE), _pack, mm, mm))
+
+
+for _t in (GGMLType.TQ1_0, GGMLType.TQ2_0):
+    _register(_t)
