@@ -45,7 +45,7 @@ def weight_products() -> None:
               GGMLType.Q6_K, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q5_K, GGMLType.F16, GGMLType.BF16,
               GGMLType.F32, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S,
               GGMLType.IQ3_XXS, GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M,
-              GGMLType.TQ1_0, GGMLType.TQ2_0):
+              GGMLType.TQ1_0, GGMLType.TQ2_0, GGMLType.Q1_0, GGMLType.Q2_0):
         qk, size = BLOCK_GEOMETRY[t]
         K, N = 256, 8
         w = Weight(t, np.zeros(N * K // qk * size, np.uint8), K, N, t.name)

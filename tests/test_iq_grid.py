@@ -1,8 +1,9 @@
 """The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (kernels/quants/iq_grid.py), IQ1_S, IQ1_M
-(kernels/quants/iq1.py) and the ternary TQ1_0, TQ2_0 (kernels/quants/tq.py) against ggml itself:
-tests/reference/iq_grid.bin, iq1.bin and tq.bin hold random rows quantized by ggml_quantize_chunk, the products ggml
-computed with them in a plain context (llama.cpp repacks none of these types: ggml_vec_dot below 8 tokens, the tiled
-matmul from 8 on; TQ: vec_dot at every size) and the rows dequantized by ggml
+(kernels/quants/iq1.py), the ternary TQ1_0, TQ2_0 (kernels/quants/tq.py) and Q1_0, Q2_0 (kernels/quants/lowbit.py)
+against ggml itself: tests/reference/iq_grid.bin, iq1.bin, tq.bin and lowbit.bin hold random rows quantized by
+ggml_quantize_chunk, the products ggml computed with them in a plain context (llama.cpp's x86 build repacks none of
+these types: ggml_vec_dot below 8 tokens, the tiled matmul from 8 on; TQ, Q1_0, Q2_0: vec_dot at every size) and the
+rows dequantized by ggml
 (tests/reference/harness/iq_grid.c, commands in tests/reference/README.md). Whole tiny models in these types:
 test_reference_llama.py (the evalcb/ and completion/ files of tiny-llama-IQ3_XS, -IQ3_S, -IQ3_M, the IQ2 models
 and IQ1_M)."""
@@ -18,22 +19,23 @@ from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
 from kernels.order import Order
-from kernels.quants import get_format, iq1, iq_grid, tq
+from kernels.quants import get_format, iq1, iq_grid, lowbit, tq
 from kernels.quants.vec_dot_type import quantize_activations
 
 ROWS = 2000  # the harness writes 2000 + type for the dequantized rows
 
-ALL = harness_cases("iq_grid.bin") + harness_cases("iq1.bin") + harness_cases("tq.bin")
+ALL = sum((harness_cases(f"{name}.bin") for name in ("iq_grid", "iq1", "tq", "lowbit")), [])
 CASES = [c for c in ALL if c[0] < ROWS]  # (type, K, N, T, raw (N, row_bytes), x (T, K), ggml's out (T, N))
 ROW_CASES = [(c[0] - ROWS,) + c[1:] for c in ALL if c[0] >= ROWS]  # out: ggml's rows (N, K)
 IDS = [f"{GGMLType(c[0]).name}-K{c[1]}-N{c[2]}-T{c[3]}" for c in CASES]
 TYPES = [GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ3_XXS, GGMLType.IQ3_S, GGMLType.IQ1_S,
-         GGMLType.IQ1_M, GGMLType.TQ1_0, GGMLType.TQ2_0]
+         GGMLType.IQ1_M, GGMLType.TQ1_0, GGMLType.TQ2_0, GGMLType.Q1_0, GGMLType.Q2_0]
+GGUF_PY_TYPES = TYPES[:-2]  # gguf-py 0.19 has no Q1_0 / Q2_0: test_lowbit_dequantize_equals_numpy instead
 
 
 def _grid(typ):
-    """A type's grid as signed values (None: TQ, no grid)."""
-    if int(typ) in tq.TYPES:
+    """A type's grid as signed values (None: TQ, Q1_0, Q2_0 have none)."""
+    if int(typ) in tq.TYPES or int(typ) in lowbit.TYPES:
         return None
     return iq1.GRID.view(np.int8) if int(typ) in iq1.TYPES else iq_grid.GRIDS[int(typ)]
 
@@ -43,6 +45,8 @@ def _portable(typ, raw, a, out):
     mode = iq_grid.TILED if a.qs.shape[0] >= iq_grid.TILED_MIN_BATCH else iq_grid.VEC
     if int(typ) in tq.TYPES:
         tq._mm_scalar(raw, int(typ), a.qs, a.d, a.bsums, out)
+    elif int(typ) in lowbit.TYPES:
+        lowbit._mm_scalar(raw, int(typ), a.qs, a.d, out)
     elif int(typ) in iq1.TYPES:
         iq1._mm_scalar(raw, int(typ), mode, a.qs, a.d, iq1.GRID, out)
     else:
@@ -109,7 +113,7 @@ def test_dequantize_equals_ggml(case):
     assert _same_bits(dequantize(typ, raw.reshape(-1), K * N).reshape(N, K), ref)
 
 
-@pytest.mark.parametrize("typ", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("typ", GGUF_PY_TYPES, ids=lambda t: t.name)
 def test_dequantize_and_grids_equal_gguf_py(typ):
     """An independent oracle for the tables and the bit layout: gguf-py's grids and its dequantizer on random
     bytes (with finite scales)."""
@@ -151,3 +155,20 @@ def test_batches_are_thread_invariant(typ):
     one, two = at_thread_counts(run)
     assert all(_same_bits(a, b) for a, b in zip(one, two))
     assert _same_bits(one[1], ref)
+
+
+@pytest.mark.parametrize("typ", [GGMLType.Q1_0, GGMLType.Q2_0], ids=lambda t: t.name)
+def test_lowbit_dequantize_equals_numpy(typ):
+    """An independent oracle for Q1_0 / Q2_0's bit layout: numpy's unpackbits on random blocks (finite d)."""
+    fmt = get_format(typ)
+    rng = np.random.default_rng(int(typ))
+    blocks = rng.integers(0, 256, (12, fmt.type_size), dtype=np.uint8)
+    blocks[:, :2] = rng.normal(size=12).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32)  # (12, 1)
+    bits = np.unpackbits(blocks[:, 2:], axis=1, bitorder="little").astype(np.int32)  # (12, 128): bit j of the block
+    if typ == GGMLType.Q1_0:
+        values = 2 * bits - 1
+    else:
+        values = bits[:, 0::2] + 2 * bits[:, 1::2] - 1  # (12, 64): the 2-bit codes in order, minus 1
+    ref = (values.astype(np.float32) * d).reshape(-1)
+    assert _same_bits(dequantize(typ, blocks.reshape(-1), 12 * fmt.block_size), ref)

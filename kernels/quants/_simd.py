@@ -9,7 +9,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                unaligned), load_u32, load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
-               mul32, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3 digits), hsum32
+               mul32, sub8, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3 digits), hsum32
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
@@ -267,6 +267,7 @@ add16 = _make_binop(V16I16, "add")
 add32 = _make_binop(V8I32, "add")
 sub32 = _make_binop(V8I32, "sub")
 mul32 = _make_binop(V8I32, "mul")
+sub8 = _make_binop(V32I8, "sub")
 mul8 = _make_binop(V32I8, "mul")  # bytes times bytes mod 256 (no x86 instruction: LLVM widens to vpmullw)
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")

@@ -1,10 +1,10 @@
 // Reference products and rows of ggml's grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; with a second
-// argument `iq1`: IQ1_S, IQ1_M; `tq`: the ternary TQ1_0, TQ2_0) for synapse's tests. Rows quantized by
-// ggml_quantize_chunk (with a random importance matrix: IQ2_XXS, IQ2_XS and the IQ1 types need one; TQ ignores it).
+// argument `iq1`: IQ1_S, IQ1_M; `tq`: the ternary TQ1_0, TQ2_0; `lowbit`: Q1_0, Q2_0) for synapse's tests. Rows
+// quantized by ggml_quantize_chunk (with a random importance matrix: IQ2_XXS, IQ2_XS and the IQ1 types need one).
 // Two kinds of case:
 //   product: ggml_mul_mat in a plain context (llama.cpp repacks none of these types) by
 //            ggml_graph_compute_with_ctx with 2 threads: ggml_vec_dot_<type>_q8_K below 8 tokens, the tiled matmul
-//            from 8 on (TQ: vec_dot at every size, the tiled matmul does not take them);
+//            from 8 on (TQ, Q1_0, Q2_0: vec_dot at every size, the tiled matmul does not take them);
 //   rows (type written as 2000 + type, T = 0): the rows dequantized by ggml's to_float (dequantize_row_<type>).
 // Output per case: i32 type, K, N, T, raw weights (N * row size), x f32 (T*K), out f32 (T*N; rows: N*K).
 #include "ggml.h"
@@ -30,8 +30,10 @@ int main(int argc, char ** argv) {
     int grid_types[] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
     int iq1_types[] = {GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     int tq_types[] = {GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0};
+    int lowbit_types[] = {GGML_TYPE_Q1_0, GGML_TYPE_Q2_0};
     const char * set = argc > 2 ? argv[2] : "";
-    int * types = strcmp(set, "iq1") == 0 ? iq1_types : strcmp(set, "tq") == 0 ? tq_types : grid_types;
+    int * types = strcmp(set, "iq1") == 0 ? iq1_types : strcmp(set, "tq") == 0 ? tq_types
+                : strcmp(set, "lowbit") == 0 ? lowbit_types : grid_types;
     int n_types = types == grid_types ? 5 : 2;
     int shapes[][2] = {{256, 13}, {768, 40}, {1280, 9}};
     int batches[] = {1, 3, 8, 13};
