@@ -44,7 +44,7 @@ from ..fp16 import fma_f32
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
-from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KEVEN_SIGNS, KSIGNS
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef, load16x16,
@@ -113,6 +113,19 @@ def _signs(row, o, TYPE, ib):
     if TYPE == IQ3_XXS:
         return _signs7(load_u32(row, o + 66 + 4 * ib))
     return load_u32(row, o + 74 + 4 * ib)
+
+
+@ijit
+def _sign_vec(row, o, TYPE, ib):
+    """Sub-block ib's 32 signs as +-1 bytes (<32 x i8>): 7-bit sign fields by four 8-byte keven_signs_q2xs entries
+    (as ggml's AVX2 kernels), 32 stored sign bits by sign_bytes."""
+    if TYPE == IQ2_XXS or TYPE == IQ3_XXS:
+        aux = load_u32(row, o + (2 + 8 * ib + 4 if TYPE == IQ2_XXS else 66 + 4 * ib))
+        return entries4(KEVEN_SIGNS, aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127)
+    if TYPE == IQ2_XS:
+        return entries4(KEVEN_SIGNS, read_u16(row, o + 2 + 8 * ib) >> 9, read_u16(row, o + 4 + 8 * ib) >> 9,
+                        read_u16(row, o + 6 + 8 * ib) >> 9, read_u16(row, o + 8 + 8 * ib) >> 9)
+    return sign_bytes(_signs(row, o, TYPE, ib))
 
 
 @ijit
@@ -249,7 +262,7 @@ def _scales16(row, o, TYPE, ib):
 @ijit
 def _sub_lanes(row, o, TYPE, ib, grid, qa, oa, acc):
     """acc + the scaled lanes of sub-block ib with the 32 activations at byte oa of qa."""
-    sa = sign8(load32(qa, oa), sign_bytes(_signs(row, o, TYPE, ib)))
+    sa = sign8(load32(qa, oa), _sign_vec(row, o, TYPE, ib))
     return dpwssd(acc, maddubs(_magnitudes(row, o, TYPE, ib, grid), sa), _scales16(row, o, TYPE, ib))
 
 
@@ -303,7 +316,7 @@ def _decode_row(row, TYPE, grid, K, dq, corr, dx):
         c = zero32()
         for ib in range(8):
             p = 64 * (8 * sb + ib)
-            w = sign8(_magnitudes(row, o, TYPE, ib, grid), sign_bytes(_signs(row, o, TYPE, ib)))
+            w = sign8(_magnitudes(row, o, TYPE, ib, grid), _sign_vec(row, o, TYPE, ib))
             scales = _scales16(row, o, TYPE, ib)
             store32(dq, p, w)
             store16x16(dq, p + 32, scales)

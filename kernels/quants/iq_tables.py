@@ -221,3 +221,5 @@ IQ1S_GRID = _iq2(_IQ1S_HEX, IQ1S_LEVELS)  # 2048 x 8 (IQ1_S and IQ1_M)
 
 # ksigns_iq2xs[i]: the 7 sign bits i and their parity as the 8th (an even number of negative weights in 8)
 KSIGNS = np.array([i | (bin(i).count("1") & 1) << 7 for i in range(128)], np.uint8)
+# keven_signs_q2xs[i]: KSIGNS[i] as 8 bytes of +1 / -1 (0xff), ggml's AVX2 sign vectors of 7-bit sign fields
+KEVEN_SIGNS = np.where((KSIGNS[:, None] >> np.arange(8)) & 1, 0xFF, 1).astype(np.uint8).reshape(-1)  # (128 * 8,)
