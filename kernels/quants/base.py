@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..config import jit
-from ..ggml_type import GGMLType
+from ..ggml_type import BLOCK_GEOMETRY, GGMLType
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,26 @@ def llama_repacks(ggml_type: int, n_rows: int) -> bool:
 def register(fmt: BlockFormat) -> BlockFormat:
     FORMATS[int(fmt.ggml_type)] = fmt
     return fmt
+
+
+def _as_stored(raw, K):
+    """The rows as stored (no repack)."""
+    return (raw,)
+
+
+def register_as_stored(ggml_type: GGMLType, vec_dot_type: GGMLType, dequantize_rows, mm, mm_llama=None) -> BlockFormat:
+    """Register a format whose kernels read the file's blocks as they are: mm(raw, a, out) the single-token order
+    (gemv, and the default batch-invariant gemm), mm_llama the batch in llama.cpp's order where that differs."""
+    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
+
+    def gemm(packed, a, out):
+        mm(packed[0], a, out)
+
+    def gemm_llama(packed, a, out):
+        mm_llama(packed[0], a, out)
+
+    return register(BlockFormat(ggml_type, block_size, type_size, vec_dot_type, dequantize_rows, _as_stored, gemm, gemm,
+                                gemm_llama if mm_llama else None))
 
 
 CACHE_LINE = 64

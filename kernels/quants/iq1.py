@@ -38,7 +38,7 @@ from numba import prange
 
 from ..config import ijit, jit, pjit, work_chunks
 from ..fp16 import fma_f32
-from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
 from .iq_grid import TILED, VEC, biased, hsum8v
@@ -48,7 +48,7 @@ from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, cvt_f32, dpwssd, entries4, ffma, halves16, hsum32, load16x16, load32, load8x32,
                     maddubs, mul32, sign8, splat32, splat8, splatf, store16x16, store32, store8x32, sub32, zero32,
                     zerof)
-from .base import BlockFormat, register
+from .base import BlockFormat, register_as_stored
 
 QK = 32
 # the kernels' TYPE argument: the ggml type id
@@ -383,25 +383,18 @@ def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray, mode: int) -> None:
 
 # ----------------------------------------------------------------------------------------- formats
 
-def _pack(raw, K):
-    """The rows as stored (no repack)."""
-    return (raw,)
-
-
 def _register(ggml_type: GGMLType) -> BlockFormat:
     TYPE = int(ggml_type)
 
-    def mm(packed, a, out):
-        """Every row in the single-token order (gemv, and the default batch-invariant gemm)."""
-        run(TYPE, packed[0], a, out, VEC)
+    def mm(raw, a, out):
+        """Every row in the single-token order."""
+        run(TYPE, raw, a, out, VEC)
 
-    def mm_llama(packed, a, out):
+    def mm_llama(raw, a, out):
         """A batch in llama.cpp's batch order: the tiled matmul from TILED_MIN_BATCH tokens."""
-        run(TYPE, packed[0], a, out, TILED if a.qs.shape[0] >= TILED_MIN_BATCH else VEC)
+        run(TYPE, raw, a, out, TILED if a.qs.shape[0] >= TILED_MIN_BATCH else VEC)
 
-    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
-    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_K, _dequantizer(TYPE), _pack, mm, mm,
-                                mm_llama))
+    return register_as_stored(ggml_type, GGMLType.Q8_K, _dequantizer(TYPE), mm, mm_llama)
 
 
 for _t in (GGMLType.IQ1_S, GGMLType.IQ1_M):

@@ -28,13 +28,13 @@ from numba import prange
 
 from ..config import ijit, jit, pjit, work_chunks
 from ..fp16 import fma_f32
-from ..ggml_type import BLOCK_GEOMETRY, GGMLType
+from ..ggml_type import GGMLType
 from .iq4 import hsum_float_8
 from .iq_grid import hsum8v
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, and8, bcast16b, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load_u32, lut16,
                     maddubs, or8, sign8, sign_bytes, splat16, splat8, splatf, srl16, sub8, zero32, zerof)
-from .base import BlockFormat, register
+from .base import BlockFormat, register_as_stored
 
 Q1_0, Q2_0 = int(GGMLType.Q1_0), int(GGMLType.Q2_0)
 TYPES = (Q1_0, Q2_0)
@@ -248,20 +248,14 @@ def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray) -> None:
 
 # ----------------------------------------------------------------------------------------- formats
 
-def _pack(raw, K):
-    """The rows as stored (no repack)."""
-    return (raw,)
-
-
 def _register(ggml_type: GGMLType) -> BlockFormat:
     TYPE = int(ggml_type)
 
-    def mm(packed, a, out):
+    def mm(raw, a, out):
         """Every row in ggml_vec_dot's order (llama.cpp's for any batch)."""
-        run(TYPE, packed[0], a, out)
+        run(TYPE, raw, a, out)
 
-    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
-    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_0, _dequantizer(TYPE), _pack, mm, mm))
+    return register_as_stored(ggml_type, GGMLType.Q8_0, _dequantizer(TYPE), mm)
 
 
 for _t in (GGMLType.Q1_0, GGMLType.Q2_0):

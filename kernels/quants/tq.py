@@ -27,14 +27,14 @@ from numba import prange
 
 from ..config import ijit, jit, pjit, work_chunks
 from ..fp16 import fma_f32
-from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
+from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
 from .iq_grid import hsum8v
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, and8, bcast16b, bcast4, cvt_f32, dpwssd, ffma, load16x16, load32, maddubs, mul8,
                     splat16, splat8, splatf, srl16, store32, sub32, trits8, zero32, zerof)
-from .base import BlockFormat, register
+from .base import BlockFormat, register_as_stored
 
 TQ1_0, TQ2_0 = int(GGMLType.TQ1_0), int(GGMLType.TQ2_0)
 TYPES = (TQ1_0, TQ2_0)
@@ -261,20 +261,14 @@ def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray) -> None:
 
 # ----------------------------------------------------------------------------------------- formats
 
-def _pack(raw, K):
-    """The rows as stored (no repack)."""
-    return (raw,)
-
-
 def _register(ggml_type: GGMLType) -> BlockFormat:
     TYPE = int(ggml_type)
 
-    def mm(packed, a, out):
+    def mm(raw, a, out):
         """Every row in ggml_vec_dot's order (llama.cpp's for any batch)."""
-        run(TYPE, packed[0], a, out)
+        run(TYPE, raw, a, out)
 
-    block_size, type_size = BLOCK_GEOMETRY[ggml_type]
-    return register(BlockFormat(ggml_type, block_size, type_size, GGMLType.Q8_K, _dequantizer(TYPE), _pack, mm, mm))
+    return register_as_stored(ggml_type, GGMLType.Q8_K, _dequantizer(TYPE), mm)
 
 
 for _t in (GGMLType.TQ1_0, GGMLType.TQ2_0):
