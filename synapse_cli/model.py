@@ -30,7 +30,7 @@ from kernels.order import Order
 from kernels.errors import ModelError
 from kernels.quants.base import empty_aligned
 from kernels.gguf import GGUFReader, TensorInfo
-from .hparams import HParams, attn_temp_scale, load_hparams
+from .hparams import HParams, RopeParams, attn_temp_scale, load_hparams, with_rope
 
 # hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb/
 TraceHook = Callable[[str, str, np.ndarray, list, str], None]
@@ -292,8 +292,9 @@ class Context:
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
-                 batch_invariant: bool = True, flash_attn: bool = True, batched_kernels: bool = False):
-        hp = model.hparams
+                 batch_invariant: bool = True, flash_attn: bool = True, batched_kernels: bool = False,
+                 rope: RopeParams | None = None):
+        hp = model.hparams if rope is None else with_rope(model.hparams, rope)  # rope: the --rope-*/--yarn-* flags
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
         from kernels.attention import N_KV_PAD

@@ -123,7 +123,8 @@ def _start_cold_helper(model_path: str, n_ctx: int, n_ubatch: int, cache_type_k:
 def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubatch: int = 512,
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
-                 flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto") -> Session:
+                 flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto",
+                 rope=None) -> Session:
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
@@ -133,7 +134,7 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
     tok = load_tokenizer(model.reader)
     ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,
-                  flash_attn=flash_attn, batched_kernels=batched_kernels)
+                  flash_attn=flash_attn, batched_kernels=batched_kernels, rope=rope)
     if warmup:
         warm_up(ctx, show_progress, helper, batch_pending)
     return Session(model, ctx, tok, (time.perf_counter() - t0) * 1e3, t0)

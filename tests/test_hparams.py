@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from conftest import FIXTURES, TINY_MODELS, real_model_path
 from kernels.gguf import GGUFReader
 from synapse_cli.hparams import attn_temp_scale, load_hparams
 
+REF = Path(__file__).resolve().parent / "reference"
 LOGS = sorted((FIXTURES / "tiny" / "evalcb").glob("*__kvf32.log")) + sorted((FIXTURES / "real" / "evalcb").glob("*.log"))
 
 
@@ -80,3 +82,31 @@ def test_unsupported_arch_is_rejected(tmp_path):
     w.close()
     with pytest.raises(ModelError, match="architecture 'falcon' is not supported"):
         load_hparams(GGUFReader(path))
+
+
+@pytest.mark.parametrize("name,model,rope,adjusted", [
+    ("rope-yarn4", "tiny-llama-Q8_0", dict(rope_freq_base=20000.0, rope_scaling_type="yarn", rope_freq_scale=0.25,
+                                           yarn_orig_ctx=64), 256),
+    ("rope-yarn8", "tiny-mistral3-Q4_K_M", dict(rope_freq_scale=0.125, yarn_beta_fast=16.0, yarn_beta_slow=2.0,
+                                                yarn_ext_factor=0.5), 32),
+    ("rope-none", "tiny-llama-Q8_0", dict(rope_scaling_type="none", rope_freq_scale=0.25, yarn_attn_factor=1.5), None),
+])
+def test_rope_flags_give_llama_context_values(name, model, rope, adjusted):
+    """with_rope (the --rope-*/--yarn-* flags) against what llama_context logged with the same flags
+    (tests/reference/evalcb/<model>__long__<name>.log): freq_base, freq_scale, the new yarn_attn_factor and
+    llama_init_from_model's adjusted n_ctx_train."""
+    from synapse_cli.hparams import RopeParams, n_ctx_train_after_yarn, with_rope
+
+    log = (REF / "evalcb" / f"{model}__long__{name}.log").read_text(errors="replace")
+    hp = with_rope(load_hparams(GGUFReader(TINY_MODELS / f"{model}.gguf")), RopeParams(**rope))
+    assert f"{hp.rope_freq_base:.1f}" == re.search(r"llama_context: freq_base\s+= (\S+)", log).group(1)
+    assert f"{hp.rope_freq_scale:g}" == re.search(r"llama_context: freq_scale\s+= (\S+)", log).group(1)
+    m = re.search(r"n_ctx_train adjusted to (\d+)", log)
+    assert (int(m.group(1)) if m else None) == adjusted
+    assert n_ctx_train_after_yarn(hp) == (adjusted or hp.n_ctx_train)
+    m = re.search(r"setting new yarn_attn_factor = ([\d.]+)", log)
+    if m:  # logged before the 1/(1 + 0.1 ln factor) correction
+        logged = np.float32(hp.yarn_attn_factor) * np.float32(1.0 + 0.1 * np.log(np.float32(1 / hp.rope_freq_scale)))
+        assert f"{logged:.4f}" == m.group(1)
+    if name == "rope-none":  # scaling none: no frequency scaling, the given attention factor as it is
+        assert hp.rope_freq_scale == 1.0 and hp.yarn_ext_factor == 0.0 and hp.yarn_attn_factor == 1.5

@@ -96,6 +96,19 @@ def _model_path(stem: str) -> str:
     return str(path if path.exists() else TINY_MODELS / f"{stem}.gguf")
 
 
+# the --rope-*/--yarn-* flags of the `__rope-<name>` references (tests/reference/README.md, "RoPE flags")
+ROPE_FLAGS = {
+    "rope-yarn4": ["--rope-freq-base", "20000", "--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "64"],
+    "rope-linear2": ["--rope-scaling", "linear", "--rope-scale", "2", "--rope-freq-base", "5000"],
+    "rope-yarn8": ["--rope-scale", "8", "--yarn-beta-fast", "16", "--yarn-beta-slow", "2", "--yarn-ext-factor", "0.5"],
+    "rope-none": ["--rope-scaling", "none", "--rope-freq-scale", "0.25", "--yarn-attn-factor", "1.5"],
+}
+
+
+def _rope_args(stem: str) -> list[str]:
+    return ROPE_FLAGS["rope-" + stem.split("__rope-")[1].split("__")[0]] if "__rope-" in stem else []
+
+
 def _log_args(stem: str) -> list[str]:
     """The prompt and flags a reference log was made with (tests/reference/README.md)."""
     if "__license400" in stem:
@@ -113,7 +126,7 @@ def _log_args(stem: str) -> list[str]:
         args += ["-fa", "on", "-ctk", stem.split("__ctk-")[1].split("__")[0], "-ctv", stem.split("__ctv-")[1]]
     else:
         args += ["-fa", "off"]
-    return args
+    return args + _rope_args(stem)
 
 
 @pytest.mark.parametrize("log", EVALCB, ids=lambda p: p.stem)
@@ -122,8 +135,8 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
     micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
     flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
-    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); made with -fa off
-    otherwise."""
+    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__rope-<name>`: the
+    --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); made with -fa off otherwise."""
     stem = log.stem.split("__")[0]
     r = _synapse("eval-callback", "diff", "--model", _model_path(stem), *_log_args(log.stem),
                  "-t", "2", "--occurrence", "all", str(log))
@@ -139,7 +152,7 @@ def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
     """`synapse decode ARGS --llama-batch-order` prints llama-completion ARGS's stdout byte for byte (ARGS as
     in tests/reference/README.md; `__ub8_b16`: -ub 8 -b 16; `__license2400__greedy__fa__tN`: a 600-token prompt
     file, -fa on, N threads, so that generation runs ggml's split-KV flash-attention kernel;
-    `__fa__ctk-A__ctv-B`: -fa on and those KV cache types)."""
+    `__fa__ctk-A__ctv-B`: -fa on and those KV cache types; `__rope-<name>`: ROPE_FLAGS)."""
     stem = ref.stem.split("__")[0]
     if "__ctk-" in ref.stem:  # __greedy__fa__ctk-<type>__ctv-<type>
         args = ["-p", PROMPT, "-n", "32", "-fa", "on", "-t", "2", "-ctk", ref.stem.split("__ctk-")[1].split("__")[0],
@@ -148,7 +161,7 @@ def test_requantized_tiny_decode_prints_llama_completion_stdout(ref):
         threads = ref.stem.rsplit("__t", 1)[1]
         args = ["-f", str(REF / "prompts" / "license2400.txt"), "-n", "24", "-fa", "on", "-t", threads]
     else:
-        args = ["-p", PROMPT, "-n", "32", "-fa", "off", "-t", "2"]
+        args = ["-p", PROMPT, "-n", "32", "-fa", "off", "-t", "2"] + _rope_args(ref.stem)
         if ref.stem.endswith("__ub8_b16"):
             args += ["-ub", "8", "-b", "16"]
     r = _synapse("decode", "-m", _model_path(stem), *args, "--temp", "0", "-no-cnv",

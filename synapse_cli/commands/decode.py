@@ -18,7 +18,8 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, note_prompt_source, prompt_file_last, resolve_flash_attn)
+                          load_mode_option, note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options,
+                          rope_params)
 from .sampling_options import sampling_given, sampling_options, sampling_params
 
 
@@ -72,6 +73,7 @@ def default_threads() -> int:
                    "equal llama.cpp's bit for bit where our kernels follow its order (e.g. SmolLM2), but depend "
                    "on how the prompt is split into batches, as llama.cpp's do.")
 @flash_attn_option
+@rope_options
 @ignored_llama_options
 @load_mode_option
 @click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
@@ -139,12 +141,17 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
-                        load_mode=announce_load_mode(load_mode))
+                        load_mode=announce_load_mode(load_mode), rope=rope_params())
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
-    hp = sess.model.hparams
+    hp = sess.ctx.hp
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning
         click.echo(f"warning: n_ctx_seq ({sess.ctx.n_ctx}) > n_ctx_train ({hp.n_ctx_train}) -- possible training "
                    "context overflow", err=True)
+    from ..hparams import n_ctx_train_after_yarn
+
+    if sess.ctx.n_ctx > n_ctx_train_after_yarn(hp):  # llama-completion's (after a custom YaRN scaling's adjustment)
+        click.echo(f"main: model was trained on only {n_ctx_train_after_yarn(hp)} context tokens "
+                   f"({sess.ctx.n_ctx} specified)", err=True)
     tok = sess.tokenizer
     sampler = None
     if sampling_given(sampling_opts):

@@ -23,7 +23,7 @@ from .. import evalcb
 from kernels.errors import SynapseError
 from ..text import read_prompt
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, prompt_file_last, resolve_flash_attn)
+                          note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options, rope_params)
 
 
 
@@ -43,6 +43,7 @@ def _run_options(f):
         click.option("-n", "--n-predict", type=int, default=None, hidden=True),
         click.option("--temp", type=float, default=None, hidden=True),
         flash_attn_option,
+        rope_options,
         ignored_llama_options,
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
                      help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
@@ -64,6 +65,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         cache_type_v=cache_type_v,
         hook=recorder,
         flash_attn=resolve_flash_attn(flash_attn),
+        rope=rope_params(),
     )
     announce_flash_attn(flash_attn, cache_type_v)
     return tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import numpy as np
 
 
 # -fa's spellings as common/arg.cpp takes them (is_truthy / is_falsey / is_autoy, case-sensitive)
@@ -89,6 +90,52 @@ def cache_type_options(f):
                         help="KV cache type for K (types other than f16/f32 need flash attention).")(f)
 
 
+# --rope-*/--yarn-* (common/arg.cpp): flag -> (RopeParams field, type, how the value is stored, help)
+ROPE_FLAGS = {
+    "--rope-scaling": ("rope_scaling_type", click.Choice(["none", "linear", "yarn"]), None,
+                       "RoPE frequency scaling method (default: the model's, linear unless it says otherwise)."),
+    "--rope-scale": ("rope_freq_scale", float, lambda v: _inverse_scale(v),
+                     "RoPE context scaling factor: expands the context by N (sets --rope-freq-scale 1/N)."),
+    "--rope-freq-base": ("rope_freq_base", float, None, "RoPE base frequency (default: the model's)."),
+    "--rope-freq-scale": ("rope_freq_scale", float, None,
+                          "RoPE frequency scaling factor: expands the context by 1/N (default: the model's)."),
+    "--yarn-orig-ctx": ("yarn_orig_ctx", int, None, "YaRN: original context size (default 0: the model's)."),
+    "--yarn-ext-factor": ("yarn_ext_factor", float, None,
+                          "YaRN: extrapolation mix factor (default -1: 1 with yarn scaling, else 0)."),
+    "--yarn-attn-factor": ("yarn_attn_factor", float, None, "YaRN: attention magnitude factor (default -1: 1)."),
+    "--yarn-beta-slow": ("yarn_beta_slow", float, None, "YaRN: high correction dim or alpha (default -1: the model's)."),
+    "--yarn-beta-fast": ("yarn_beta_fast", float, None, "YaRN: low correction dim or beta (default -1: the model's)."),
+}
+
+
+def _inverse_scale(v: float) -> float:
+    if not v > 0:
+        raise click.BadParameter(f"--rope-scale must be > 0, got {v}")
+    return float(np.float32(1.0) / np.float32(v))
+
+
+def rope_options(f):
+    """The --rope-*/--yarn-* flags of llama.cpp's common arguments. Each given one is recorded in command-line
+    order (--rope-scale and --rope-freq-scale set the same value: the last one counts); rope_params() reads them."""
+    def record(ctx, param, value):
+        if value is not None:
+            field, _, convert, _ = ROPE_FLAGS[param.opts[0]]
+            ctx.meta.setdefault("synapse.rope", {})[field] = convert(value) if convert else value
+        return value
+
+    for flag, (_, typ, _, help_) in reversed(ROPE_FLAGS.items()):
+        f = click.option(flag, default=None, type=typ, callback=record, expose_value=False, metavar="N"
+                         if typ in (float, int) else None, help=help_)(f)
+    return f
+
+
+def rope_params():
+    """The RopeParams of this command line (all "not set" without a --rope-*/--yarn-* flag)."""
+    from ..hparams import RopeParams
+
+    return RopeParams(**click.get_current_context().meta.get("synapse.rope", {}))
+
+
 # llama.cpp options that change nothing in a CPU-only build: accepted so that a llama.cpp command line works,
 # with a note on stderr (name -> (takes a value, why))
 IGNORED = {
@@ -114,8 +161,7 @@ UNSUPPORTED = {
     "--logit-bias", "-np", "--parallel", "-cb", "--cont-batching", "-nkvo", "--no-kv-offload", "-ot",
     "--override-tensor", "-cmoe", "-ncmoe", "--lora", "--control-vector", "-md", "--model-draft", "-hf", "-hfr",
     "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "--color", "-co",
-    "--in-prefix", "--in-suffix", "--override-kv", "--rope-scaling", "--rope-scale", "--rope-freq-base",
-    "--rope-freq-scale", "--yarn-orig-ctx", "--numa", "-C", "-Cr", "--cpu-mask", "--prio", "--poll",
+    "--in-prefix", "--in-suffix", "--override-kv", "--numa", "-C", "-Cr", "--cpu-mask", "--prio", "--poll",
     "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--context-shift", "--spm-infill",
 }
 

@@ -17,7 +17,7 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, resolve_flash_attn)
+                          load_mode_option, resolve_flash_attn, rope_options, rope_params)
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
@@ -39,7 +39,7 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
                         flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q,
-                        load_mode=load_mode)
+                        load_mode=load_mode, rope=rope_params())
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
@@ -66,6 +66,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("-t", "--threads", default=None, type=click.IntRange(min=1), help="Threads (default: available CPUs).")
 @cache_type_options
 @flash_attn_option
+@rope_options
 @ignored_llama_options
 @load_mode_option
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escapes in the text.")
