@@ -1,4 +1,4 @@
-"""llama-completion's conversation mode (-cnv): tools/completion/completion.cpp's main loop, ported.
+"""llama-completion's interactive loop (-cnv, -i, -if): tools/completion/completion.cpp's main loop, ported.
 
 The chat-template-formatted prompt is echoed (pieces without control tokens), the reply streams, and then:
 with `-st` (and a prompt) the run ends like a plain completion (` [end of text]` on an end-of-generation
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernels.errors import SynapseError
-from .generate import Generation, _pick_greedy
+from .generate import Generation, ReversePrompts, _pick_greedy
 
 
 @dataclass
@@ -67,44 +67,72 @@ def _sigint_flag(state: dict):
         signal.signal(signal.SIGINT, old)
 
 
-def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, n_predict: int, sampler, single_turn: bool,
-             escape: bool, display_prompt: bool, write: Callable[[bytes], None], readline: Callable[[], str | None],
-             result: ConversationResult, process_escapes: Callable[[str], str]) -> None:
-    """Run the conversation; stdout text goes through `write`, user lines come from `readline`."""
+@dataclass
+class LoopParams:
+    """The common_params that llama-completion's interactive loop reads (defaults: llama.cpp's)."""
+    n_predict: int = -1
+    interactive: bool = False  # -i (conversation mode sets it, as interactive_first)
+    interactive_first: bool = False  # -if
+    single_turn: bool = False  # -st
+    reverse_prompts: list[bytes] = field(default_factory=list)  # -r (the flags' texts after escape processing)
+    input_prefix: bytes = b""  # --in-prefix
+    input_suffix: bytes = b""  # --in-suffix
+    input_prefix_bos: bool = False  # --in-prefix-bos
+    multiline_input: bool = False  # -mli
+    special: bool = False  # -sp: print special tokens' text
+    escape: bool = True
+    display_prompt: bool = True
+
+
+def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: LoopParams,
+             write: Callable[[bytes], None], readline: Callable[[], str | None], result: ConversationResult,
+             process_escapes: Callable[[str], str]) -> None:
+    """Run the loop; stdout text goes through `write`, user lines come from `readline`. chat: a ChatSession
+    (conversation mode), or None for a raw prompt (-i / -if / --in-prefix ...)."""
     vocab = tok.vocab
-    prompt_text, waiting = chat.start(system_prompt=system_prompt, prompt=prompt)
-    interactive = not (single_turn and prompt)
+    if chat is not None:
+        prompt_text, waiting = chat.start(system_prompt=system_prompt, prompt=prompt)
+        interactive_first = not (p.single_turn and prompt)
+        interactive = interactive_first
+    else:
+        prompt_text, waiting = prompt, False
+        interactive_first = p.interactive_first
+        interactive = p.interactive or interactive_first
     embd_inp = tok.encode(prompt_text, add_special=True, parse_special=True)
     if not waiting and not embd_inp:
-        if vocab.add_bos and not chat.templates.use_jinja:
+        if vocab.add_bos and not (chat is not None and chat.templates.use_jinja):
             embd_inp = [vocab.bos_id]
         else:
             raise SynapseError("input is empty")
     if len(embd_inp) > ctx.n_ctx - 4:
         raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx - 4})")
     result.prompt_ids = list(embd_inp)
+    reverse = ReversePrompts(tok, p.reverse_prompts, interactive) if p.reverse_prompts else None
 
-    is_interacting = interactive  # interactive_first
+    is_interacting = interactive and interactive_first
+    is_antiprompt = False
     need_insert_eot = False
-    display = display_prompt
+    display = p.display_prompt
     input_echo = True
     n_past = n_consumed = 0
-    n_remain = n_predict
+    n_remain = p.n_predict
     embd: list[int] = []
     last = None  # common_sampler_last: the last token the sampler accepted
     assistant = bytearray()
     logits = None
-    pending_prompt = bool(prompt_text)
+    pending_prompt = chat is not None and bool(prompt_text)
 
     def accept(t):
         nonlocal last
         if sampler is not None:
             sampler.accept(int(t))
+        if reverse is not None:
+            reverse.prev.append(int(t))
         last = int(t)
 
     st = {"interactive": interactive, "sigint": False, "reading": False}
     with _sigint_flag(st):
-        while n_remain != 0 or interactive:
+        while (n_remain != 0 and not is_antiprompt) or interactive:
             st["interactive"] = interactive
             if st["sigint"]:  # Ctrl-C during a reply: end it, ask for the next input
                 st["sigint"] = False
@@ -125,7 +153,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, n_predict: int,
                 accept(t)
                 embd.append(t)
                 result.generated_ids.append(t)
-                if not waiting and not vocab.is_eog(t):
+                if chat is not None and not waiting and not vocab.is_eog(t):
                     assistant += tok.token_to_piece(t, special=False)
                 input_echo = True
                 n_remain -= 1
@@ -138,59 +166,81 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, n_predict: int,
                         break
             if input_echo and display:
                 for t in embd:
-                    write(tok.token_to_piece(t, special=False))
+                    write(tok.token_to_piece(t, special=p.special))
             if input_echo and len(embd_inp) == n_consumed:
                 display = True
             if len(embd_inp) <= n_consumed:
+                if reverse is not None:
+                    is_antiprompt = reverse.found()
+                    if is_antiprompt and interactive:
+                        is_interacting = True
                 if not waiting and last is not None and vocab.is_eog(last) and interactive:
-                    reply = assistant.decode("utf-8", "replace")
-                    chat.add_and_format("assistant", reply)
-                    result.turns.append({"role": "assistant", "content": reply})
+                    if reverse is not None:  # the first reverse prompt is injected
+                        embd_inp.extend(reverse.first_tokens())
+                        is_antiprompt = True
+                    if chat is not None:
+                        reply = assistant.decode("utf-8", "replace")
+                        chat.add_and_format("assistant", reply)
+                        result.turns.append({"role": "assistant", "content": reply})
                     is_interacting = True
                     write(b"\n")
                 if not waiting and pending_prompt:
                     pending_prompt = False
                     is_interacting = False
                 if (n_past > 0 or waiting) and is_interacting:
-                    write(b"\n> ")
+                    if chat is not None:
+                        write(b"\n> ")
+                    if p.input_prefix_bos:
+                        embd_inp.append(vocab.bos_id)
+                    if p.input_prefix and chat is None:
+                        write(p.input_prefix)
+                    display = p.display_prompt
                     st["reading"] = True
                     try:
-                        buffer = read_input_line(readline)
+                        buffer = read_input_line(readline, p.multiline_input)
                     finally:
                         st["reading"] = False
+                    display = True
                     if not buffer:  # Ctrl-D on an empty line / end of input
                         write(b"EOF by user\n")
                         result.stop = "eof"
                         break
                     if buffer.endswith("\n"):
                         buffer = buffer[:-1]
-                    if buffer:
-                        if escape:
+                    if buffer:  # (an empty line passes control back)
+                        if p.input_suffix and chat is None:
+                            write(p.input_suffix)
+                        if p.escape:
                             buffer = process_escapes(buffer)
                         result.turns.append({"role": "user", "content": buffer})
-                        user_inp = chat.add_and_format("user", buffer)
-                        line_inp = tok.encode(user_inp, add_special=False, parse_special=True)
-                        if need_insert_eot:  # the interrupted reply gets its end-of-turn token
+                        user_inp = chat.add_and_format("user", buffer) if chat is not None else buffer
+                        line_pfx = tok.encode(p.input_prefix, add_special=False, parse_special=True)
+                        line_inp = tok.encode(user_inp, add_special=False, parse_special=chat is not None)
+                        line_sfx = tok.encode(p.input_suffix, add_special=False, parse_special=True)
+                        if need_insert_eot and chat is not None:  # the interrupted reply gets its end-of-turn token
                             embd_inp.append(vocab.eot_id if vocab.eot_id != -1 else vocab.eos_id)
                             need_insert_eot = False
-                        embd_inp.extend(line_inp)
+                        embd_inp.extend(line_pfx + line_inp + line_sfx)
                         assistant = bytearray()
                         n_remain -= len(line_inp)
                     input_echo = False
                 if n_past > 0 or waiting:
-                    if is_interacting and sampler is not None:
-                        sampler.reset()
+                    if is_interacting:  # common_sampler_reset: its history too
+                        if sampler is not None:
+                            sampler.reset()
+                        if reverse is not None:
+                            reverse.prev.clear()
                     is_interacting = False
-                    if waiting and single_turn:
+                    if waiting and p.single_turn:
                         interactive = False
                     waiting = False
             if embd and vocab.is_eog(embd[-1]) and not interactive:
                 write(b" [end of text]\n")
                 result.stop = "eos"
                 break
-            if interactive and n_remain <= 0 and n_predict >= 0:
-                n_remain = n_predict
+            if interactive and n_remain <= 0 and p.n_predict >= 0:
+                n_remain = p.n_predict
                 is_interacting = True
         else:
-            result.stop = "limit"
+            result.stop = "reverse_prompt" if is_antiprompt else "limit"
     write(b"\n\n")

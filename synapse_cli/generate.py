@@ -9,6 +9,7 @@ can stream text; timings are kept the way `llama_perf_context_print` reports the
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -54,8 +55,36 @@ class Timings:
 class Generation:
     prompt_ids: list[int]
     generated_ids: list[int] = field(default_factory=list)
-    stop: str = "limit"  # eos | limit | ctx | interrupted
+    stop: str = "limit"  # eos | limit | ctx | reverse_prompt | interrupted
     timings: Timings = field(default_factory=Timings)
+
+
+class ReversePrompts:
+    """llama-completion's reverse prompts (-r): after the prompt and after each generated token, whether the text of
+    the last 32 tokens the sampler accepted (pieces with special tokens' text) holds one of them near its end (within
+    2 extra bytes when not interactive, where a reverse prompt may be tokenized with what follows), or the last
+    token is a reverse prompt that tokenizes to that one token."""
+    N_PREV = 32  # common_sampler_prev_str(smpl, ctx, 32)
+
+    def __init__(self, tok, prompts: list[bytes], interactive: bool):
+        self.tok = tok
+        self.texts = list(prompts)
+        ids = [tok.encode(p, add_special=False, parse_special=True) for p in prompts]
+        self.single_tokens = {i[0] for i in ids if len(i) == 1}
+        self.padding = 0 if interactive else 2
+        self.prev: deque[int] = deque(maxlen=self.N_PREV)  # the sampler's history (common_sampler_reset clears it)
+
+    def first_tokens(self) -> list[int]:
+        """The first reverse prompt's tokens (injected after an end-of-generation token in interactive mode)."""
+        return self.tok.encode(self.texts[0], add_special=False, parse_special=True)
+
+    def found(self) -> bool:
+        text = b"".join(self.tok.token_to_piece(t, special=True) for t in self.prev)
+        for rp in self.texts:
+            start = len(text) - (len(rp) + self.padding) if len(text) > len(rp) + self.padding else 0
+            if text.find(rp, start) != -1:
+                return True
+        return bool(text) and self.prev[-1] in self.single_tokens
 
 
 def argmax_first(logits: np.ndarray) -> int:
@@ -83,12 +112,14 @@ def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: 
 
 
 def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
-             sampler=None, ignore_eos: bool = False, result: Generation | None = None) -> Iterator[int]:
+             sampler=None, ignore_eos: bool = False, result: Generation | None = None,
+             reverse: ReversePrompts | None = None) -> Iterator[int]:
     """Yield generated ids; fill `result` (stop reason, timings) as it goes.
 
     `sampler` is a `sampling.CommonSampler` (llama-completion's chain: it sees every prompt token, then picks
     and accepts each generated one) or None for greedy argmax. n_predict < 0 means no limit (until end of
-    generation or a full context), as llama.cpp's -n -1.
+    generation or a full context), as llama.cpp's -n -1. `reverse`: stop once the text ends in a reverse prompt
+    (checked after the prompt too, which may end in one: then nothing is generated).
     """
     g = result if result is not None else Generation(list(prompt_ids))
     check_prompt(ctx, prompt_ids)
@@ -104,6 +135,11 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
             sampler.accept(int(t))
     g.timings.prompt_eval_ms = (time.perf_counter() - t0) * 1e3
     g.timings.n_prompt = len(prompt_ids)
+    if reverse is not None:
+        reverse.prev.extend(int(t) for t in prompt_ids)
+        if reverse.found():
+            g.stop = "reverse_prompt"
+            return
     n_gen = 0
     while True:
         if sampler is None:
@@ -117,8 +153,10 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
         n_gen += 1
         # the stop reason is set before the id is handed out: a caller that stops at an end-of-generation
         # token (and so never resumes this generator) still finds it
-        stop = "eos" if is_eog(tok) else "limit" if 0 <= n_predict <= n_gen else \
-            "ctx" if ctx.n_past + 1 >= ctx.n_ctx else None
+        if reverse is not None:
+            reverse.prev.append(tok)
+        stop = "eos" if is_eog(tok) else "reverse_prompt" if reverse is not None and reverse.found() else \
+            "limit" if 0 <= n_predict <= n_gen else "ctx" if ctx.n_past + 1 >= ctx.n_ctx else None
         if stop is not None:
             g.stop = stop
         yield tok

@@ -36,14 +36,15 @@ def _one_clean_line(r, needle: str = ""):
 
 # --- llama.cpp command lines ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag", [["-if"], ["-r", "User:"], ["-cmoe"], ["--grammar", "root ::= x"], ["-tb", "2"]])
+@pytest.mark.parametrize("flag", [["-np", "2"], ["--keep", "5"], ["--grammar", "root ::= x"], ["-ot", "x=CPU"]])
 def test_llama_cpp_options_synapse_lacks_are_named(flag):
-    """click would read -if as -i f, -tb as -t b: they are refused by name instead."""
+    """click would read -np as -n p, -ot as -o t: they are refused by name instead."""
     r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 1, *flag)
     assert r.exit_code == 2 and f"unsupported llama.cpp option {flag[0]}" in r.output
 
 
-@pytest.mark.parametrize("flag", [["-ngl", "99"], ["-lv", "3"], ["--no-mmap"]])
+@pytest.mark.parametrize("flag", [["-ngl", "99"], ["-lv", "3"], ["--no-mmap"], ["-tb", "2"], ["-cmoe"],
+                                  ["--simple-io"], ["-v"], ["--no-warmup"]])
 def test_options_a_cpu_build_ignores_are_accepted_with_a_note(flag):
     r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 1, *flag)
     assert r.exit_code == 0 and f"note: {flag[0]} is ignored" in r.stderr

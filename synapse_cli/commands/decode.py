@@ -67,6 +67,18 @@ def default_threads() -> int:
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens (logit bias -inf).")
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
 @click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
+@click.option("-r", "--reverse-prompt", "reverse_prompts", multiple=True, metavar="PROMPT",
+              help="Stop generating at PROMPT (repeatable); in interactive mode, return control to the user.")
+@click.option("-sp", "--special", is_flag=True, help="Print special tokens' text (e.g. end-of-turn markers).")
+@click.option("-i", "--interactive", is_flag=True,
+              help="Interactive mode on a raw prompt: read further input from stdin when a reverse prompt or an "
+                   "end-of-generation token comes (Ctrl-C interjects).")
+@click.option("-if", "--interactive-first", is_flag=True, help="Interactive mode, reading input before generating.")
+@click.option("--in-prefix", default="", metavar="STRING", help="Interactive: text put before each user input.")
+@click.option("--in-suffix", default="", metavar="STRING", help="Interactive: text put after each user input.")
+@click.option("--in-prefix-bos", is_flag=True, help="Interactive: a BOS token before each user input.")
+@click.option("-mli", "--multiline-input", is_flag=True,
+              help="Interactive: input lines continue until one ends in '\\' (or '/').")
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute prompt batches in llama.cpp's batch orders (tinyBLAS attention and F32/F16 products, the "
                    "repacked Q4_K gemm) instead of the batch-invariant single-token orders: prompt logits then "
@@ -95,7 +107,8 @@ def default_threads() -> int:
                    "formatter for the detected template (llama-completion's default).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, llama_batch_order, flash_attn,
+            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, reverse_prompts, special, interactive,
+            interactive_first, in_prefix, in_suffix, in_prefix_bos, multiline_input, llama_batch_order, flash_attn,
             load_mode, conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file,
             jinja, json_output, **sampling_opts):
     """Generate text from a prompt as llama-completion does.
@@ -134,7 +147,7 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
 
             system_prompt = read_text_file(system_prompt_file).decode("utf-8", "replace")
 
-    from ..generate import Generation, check_prompt, generate
+    from ..generate import Generation, ReversePrompts, check_prompt, generate
     from ..session import open_session
 
     sess = open_session(model_path, n_ctx=ctx_size, n_batch=batch_size, n_ubatch=ubatch_size,
@@ -160,9 +173,21 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
             click.echo(f"sampler seed: {sampler.seed}", err=True)
             click.echo(f"sampler params: \n{sampler.params.print()}", err=True)
             click.echo(f"sampler chain: {sampler.describe()}", err=True)
-    if conversation:
-        return _chat(sess, text, system_prompt or "", chat_template, chat_template_file, jinja, single_turn, escape,
-                     n_predict, sampler, no_display_prompt, json_output)
+    from ..text import process_escapes_bytes
+
+    def flag_text(s: str) -> bytes:  # -r, --in-prefix, --in-suffix: escapes processed as in -p (common/arg.cpp)
+        return process_escapes_bytes(s.encode("utf-8")) if escape else s.encode("utf-8")
+
+    reverse_prompts = [flag_text(r) for r in reverse_prompts]
+    if conversation or interactive or interactive_first:
+        from ..conversation import LoopParams
+
+        loop = LoopParams(n_predict=n_predict, interactive=interactive, interactive_first=interactive_first,
+                          single_turn=single_turn, reverse_prompts=reverse_prompts, input_prefix=flag_text(in_prefix),
+                          input_suffix=flag_text(in_suffix), input_prefix_bos=in_prefix_bos, multiline_input=multiline_input,
+                          special=special, escape=escape, display_prompt=not no_display_prompt)
+        chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation else None
+        return _interactive(sess, text, chat, loop, sampler, json_output)
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
     result = Generation(list(prompt_ids))
@@ -173,15 +198,16 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     # that are no valid UTF-8, reach stdout exactly as llama.cpp writes them)
     out = _BytesOut(sys.stdout)
     if not json_output and not no_display_prompt and n_predict != 0:  # -n 0: llama-completion runs no loop
-        shown = b"".join(tok.token_to_piece(i, special=False) for i in prompt_ids)
+        shown = b"".join(tok.token_to_piece(i, special=special) for i in prompt_ids)
         out.write(shown)
         out.flush()
     gen_bytes = bytearray()
     try:
-        for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result):
-            if tok.vocab.is_eog(t) and not ignore_eos:
+        reverse = ReversePrompts(tok, reverse_prompts, interactive=False) if reverse_prompts else None
+        for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result, reverse):
+            if tok.vocab.is_eog(t) and not ignore_eos and not special:  # (its piece: empty unless -sp)
                 break
-            piece = tok.token_to_piece(t, special=False)
+            piece = tok.token_to_piece(t, special=special)
             gen_bytes += piece
             if not json_output:
                 out.write(piece)
@@ -215,19 +241,24 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         sys.exit(130)
 
 
-def _chat(sess, text: bytes, system_prompt: str, chat_template, chat_template_file, jinja: bool, single_turn: bool,
-          escape: bool, n_predict: int, sampler, no_display_prompt: bool, json_output: bool):
-    """-cnv: llama-completion's conversation loop (synapse_cli.conversation) on stdout/stdin."""
+def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
+    """-cnv, -i, -if: llama-completion's interactive loop (synapse_cli.conversation) on stdout/stdin. chat: (system
+    prompt, --chat-template, --chat-template-file, --jinja) in conversation mode, None for a raw prompt."""
     from ..chat import ChatSession, ChatTemplates
     from ..conversation import ConversationResult, converse
     from ..text import process_escapes
 
     tok = sess.tokenizer
-    templates = ChatTemplates.from_gguf(sess.model.reader, tok, chat_template=chat_template,
-                                        chat_template_file=chat_template_file, use_jinja=jinja)
-    if not templates.has_explicit_template:  # llama-completion's warning
-        click.echo("main: chat template is not available or is not supported. This may cause the model to output "
-                   "suboptimal responses", err=True)
+    session, system_prompt, prompt = None, "", text
+    if chat is not None:
+        system_prompt, chat_template, chat_template_file, jinja = chat
+        templates = ChatTemplates.from_gguf(sess.model.reader, tok, chat_template=chat_template,
+                                            chat_template_file=chat_template_file, use_jinja=jinja)
+        if not templates.has_explicit_template:  # llama-completion's warning
+            click.echo("main: chat template is not available or is not supported. This may cause the model to "
+                       "output suboptimal responses", err=True)
+        session = ChatSession(templates)
+        prompt = text.decode("utf-8", "replace")
     result = ConversationResult([])
     result.timings.load_ms = sess.load_ms
     result.timings.t_start = sess.t_start
@@ -244,12 +275,9 @@ def _chat(sess, text: bytes, system_prompt: str, chat_template, chat_template_fi
         line = sys.stdin.readline()
         return line if line else None
 
-    prompt = text.decode("utf-8", "replace")
     try:
-        converse(sess.ctx, tok, ChatSession(templates), system_prompt=system_prompt, prompt=prompt,
-                 n_predict=n_predict, sampler=sampler, single_turn=single_turn, escape=escape,
-                 display_prompt=not no_display_prompt, write=write, readline=readline, result=result,
-                 process_escapes=process_escapes)
+        converse(sess.ctx, tok, session, system_prompt=system_prompt, prompt=prompt, sampler=sampler, p=loop,
+                 write=write, readline=readline, result=result, process_escapes=process_escapes)
     except KeyboardInterrupt:
         result.stop = "interrupted"
     if json_output:

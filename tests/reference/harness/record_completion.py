@@ -1,0 +1,23 @@
+"""Record one llama-completion run as a JSON reference: {"args", "stdin", "stdout"}.
+
+    LLAMA_BIN=<build>/bin EXIT_DELAY=<exit_delay.so> python record_completion.py OUT.json STDIN -- ARGS...
+
+STDIN is the text piped to llama-completion (may be empty; escapes such as \n processed); ARGS are all its arguments.
+Run from tests/reference. stdout is stored as text, bytes that are no UTF-8 as surrogate escapes (read it back with
+.encode("utf-8", "surrogateescape")).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+out, stdin = sys.argv[1], sys.argv[2].encode().decode("unicode_escape")
+args = sys.argv[sys.argv.index("--") + 1:]
+env = {**os.environ, "LD_PRELOAD": os.environ["EXIT_DELAY"]}
+p = subprocess.run([os.path.join(os.environ["LLAMA_BIN"], "llama-completion"), *args], input=stdin.encode(),
+                   capture_output=True, env=env)
+assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+with open(out, "w") as f:
+    json.dump({"args": args, "stdin": stdin, "stdout": p.stdout.decode("utf-8", "surrogateescape")}, f, indent=1)
+    f.write("\n")

@@ -1,0 +1,61 @@
+"""llama-completion's loop beyond a plain completion: reverse prompts (-r) with and without interactive mode, -i and
+-if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, and special tokens' text (-sp). Each case
+of tests/reference/interactive is a llama-completion run (args, piped stdin, stdout; made by
+harness/record_completion.py, commands in tests/reference/README.md) that `synapse decode` must print byte for
+byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_MODELS
+
+REF = Path(__file__).resolve().parent / "reference"
+CASES = sorted((REF / "interactive").glob("*.json"))
+
+
+def _args(rec) -> list[str]:
+    """llama-completion's arguments for synapse: the fixtures' model path; --simple-io is how synapse always
+    reads input (said on stderr); --llama-batch-order for llama.cpp's batch orders of the prompt."""
+    args = list(rec["args"])
+    i = args.index("-m") + 1
+    args[i] = str(TINY_MODELS / Path(args[i]).name)
+    return args + ["--llama-batch-order"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
+def test_decode_prints_llama_completions_stdout(case):
+    from click.testing import CliRunner
+
+    from kernels import config
+    from synapse_cli.cli import cli
+
+    rec = json.loads(case.read_text())
+    threads = config.work_chunks()
+    try:
+        r = CliRunner().invoke(cli, ["decode", *_args(rec)], input=rec["stdin"].encode())
+    finally:
+        config.set_num_threads(threads)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout_bytes == rec["stdout"].encode("utf-8", "surrogateescape")
+
+
+def test_reverse_prompt_stops_and_says_so_in_json():
+    """-r without -i: generation stops once the text ends in the reverse prompt (which is printed); --json says
+    `reverse_prompt`; a reverse prompt that never comes leaves the -n limit."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    rec = json.loads((REF / "interactive" / "tiny-llama__r_two.json").read_text())
+    args = _args(rec)
+    r = CliRunner().invoke(cli, ["decode", *args, "--json"])
+    obj = json.loads(r.stdout)
+    assert obj["stop"] == "reverse_prompt" and obj["text"].endswith("only")
+    i = args.index("-r")
+    del args[i:i + 4]  # both -r
+    obj = json.loads(CliRunner().invoke(cli, ["decode", *args, "-r", "never said", "--json"]).stdout)
+    assert obj["stop"] == "limit" and len(obj["generated_ids"]) == 40
