@@ -257,9 +257,40 @@ class GGUFReader:
 
     # --- public API -------------------------------------------------------------------------
 
+    def set_overrides(self, overrides: dict[str, tuple[str, Any]], warn=None) -> None:
+        """llama.cpp's --override-kv: key -> (tag, value), tag int | float | bool | str. get() then returns the
+        value instead of the file's, unless the file holds that key as another kind of value: as llama.cpp's
+        validate_override, that is a warning (through `warn`, once per key) and the file's value stays."""
+        self._overrides = dict(overrides)
+        self._override_warn = warn
+        self._override_warned: set[str] = set()
+
+    @staticmethod
+    def _override_tag(f: Field) -> str | None:
+        t = f.types[0]
+        if f.is_array:
+            return None
+        if t == GGUFValueType.BOOL:
+            return "bool"
+        if t in (GGUFValueType.FLOAT32, GGUFValueType.FLOAT64):
+            return "float"
+        if t == GGUFValueType.STRING:
+            return "str"
+        return "int"
+
     def get(self, key: str, default: Any = None) -> Any:
-        """The value of metadata `key`: a scalar, str, list of scalars, or StringArray."""
+        """The value of metadata `key`: a scalar, str, list of scalars, or StringArray (or its override)."""
         f = self.fields.get(key)
+        ovr = getattr(self, "_overrides", {}).get(key)
+        if ovr is not None:
+            tag, value = ovr
+            expected = self._override_tag(f) if f is not None else tag
+            if expected == tag:
+                return value
+            if key not in self._override_warned and self._override_warn is not None:
+                self._override_warned.add(key)
+                self._override_warn(f"validate_override: Warning: Bad metadata override type for key '{key}', "
+                                    f"expected {expected} but got {tag}")
         if f is None:
             return default
         if f.is_array and isinstance(f.value, np.ndarray):

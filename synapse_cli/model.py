@@ -95,7 +95,7 @@ class Model:
 
     @classmethod
     def load(cls, path: str | Path, progress: Callable[[int, int, str], None] | None = None,
-             use_mmap: bool = True) -> "Model":
+             use_mmap: bool = True, kv_overrides: dict | None = None) -> "Model":
         """Map `path`, check every tensor llama.cpp would create, and prepare the weights.
 
         `progress(done, total, name)` is called once per tensor (the CLI draws a Rich bar with it).
@@ -111,6 +111,10 @@ class Model:
 
         path = str(path)
         reader = GGUFReader(path)
+        if kv_overrides:  # --override-kv: what every later metadata read sees
+            import sys
+
+            reader.set_overrides(kv_overrides, warn=lambda msg: print(msg, file=sys.stderr))
         hp = load_hparams(reader)
         m = cls(path, reader, hp)
         used: set[str] = set()
@@ -387,16 +391,23 @@ class Context:
             dst[...] = src
         self.n_past = n_past
 
-    def reset(self) -> None:
-        """Forget the sequence (llama_memory_clear); cells are zeroed as llama.cpp's buffer clear does."""
-        n = self.n_past  # only cells 0..n_past-1 were written: the rest are still zero (and untouched pages)
+    def truncate(self, n: int) -> None:
+        """Forget the positions from n on (llama_memory_seq_rm(seq, n, -1)); their cells are zeroed as llama.cpp's
+        buffer clear does (only cells below n_past were written: the rest are still zero, and untouched pages)."""
+        n_past = self.n_past
+        if n >= n_past:
+            return
         for k, v in zip(self.k_cache, self.v_cache):
-            k[:n] = 0
+            k[n:n_past] = 0
             if self.flash_attn:
-                v[:n] = 0
+                v[n:n_past] = 0
             else:
-                v[:, :, :n] = 0
-        self.n_past = 0
+                v[:, :, n:n_past] = 0  # (V transposed)
+        self.n_past = n
+
+    def reset(self) -> None:
+        """Forget the sequence (llama_memory_clear)."""
+        self.truncate(0)
 
     # --- llama_decode -------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ def test_short_text_and_missing_context_are_one_line(tmp_path):
     tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f), "-c", "128"])
     assert r.exit_code == 1 and "you need at least 256 tokens" in r.stderr
-    r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f)])
+    r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f), "-c", "0"])
     assert r.exit_code == 1 and "requires '--ctx-size' > 0" in r.stderr
 
 
@@ -312,3 +312,21 @@ def test_load_mode_none_reads_the_weights_and_prints_the_same(monkeypatch):
     loads = spy_model_loads(monkeypatch)
     assert _ours(TINY_MODELS / "tiny-llama-F32.gguf", "-lm", "none")[:2] == mapped
     assert loads == [False]
+
+
+def test_escapes_are_processed_only_with_e(tmp_path):
+    """llama-perplexity sets params.escape = false before parsing its flags: the text's backslashes stay as they are
+    unless -e is given. The default run on text A equals the -e run on A with every backslash doubled (which -e turns
+    back into A), and differs from the -e run on A (whose \\n become newlines)."""
+    line = 'def f():\\n    return "a\\\\nb\\\\t"  # a backslash-heavy line\n'
+    a, doubled = tmp_path / "a.txt", tmp_path / "doubled.txt"
+    a.write_text(line * 60)
+    doubled.write_text((line * 60).replace("\\", "\\\\"))
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
+
+    def ppl(path, *extra):
+        r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(path), "-c", "128", "--chunks", "2", *extra])
+        assert r.exit_code == 0, r.output
+        return re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0)
+
+    assert ppl(a) == ppl(doubled, "-e") != ppl(a, "-e")

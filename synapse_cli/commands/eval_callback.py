@@ -23,7 +23,8 @@ from .. import evalcb
 from kernels.errors import SynapseError
 from ..text import read_prompt
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options, rope_params)
+                          note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options, rope_params,
+                          kv_override_option, kv_overrides)
 
 
 
@@ -44,6 +45,7 @@ def _run_options(f):
         click.option("--temp", type=float, default=None, hidden=True),
         flash_attn_option,
         rope_options,
+        kv_override_option,
         ignored_llama_options,
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
                      help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
@@ -66,6 +68,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         hook=recorder,
         flash_attn=resolve_flash_attn(flash_attn),
         rope=rope_params(),
+        kv_overrides=kv_overrides(),
     )
     announce_flash_attn(flash_attn, cache_type_v)
     return tokens

@@ -19,16 +19,21 @@ def _flash_attn_value(ctx, param, value):
 
 
 def note_prompt_source(ctx, param, value):
-    """Callback of -p and -f: both set common_params' prompt, so the one given last counts. click calls the
+    """Callback of -p, -f (and -bf): each sets common_params' prompt, so the one given last counts. click calls the
     callbacks of the options given in command-line order; this records which came last."""
     if value is not None:
-        ctx.meta["synapse.prompt_file_last"] = param.name == "prompt_file"
+        ctx.meta["synapse.prompt_source"] = param.name
     return value
+
+
+def prompt_source() -> str | None:
+    """The parameter name of the prompt flag given last (prompt, prompt_file, binary_file), or None."""
+    return click.get_current_context().meta.get("synapse.prompt_source")
 
 
 def prompt_file_last() -> bool:
     """Whether -f came after -p on this command line (read_prompt's file_last)."""
-    return click.get_current_context().meta.get("synapse.prompt_file_last", False)
+    return prompt_source() == "prompt_file"
 
 
 def flash_attn_option(f):
@@ -134,6 +139,87 @@ def rope_params():
     from ..hparams import RopeParams
 
     return RopeParams(**click.get_current_context().meta.get("synapse.rope", {}))
+
+
+def _csv_row(value: str) -> list[str]:
+    """parse_csv_row (common/arg.cpp): comma-separated fields, a field may be quoted ("" is a quote inside)."""
+    fields, field, in_quotes, i = [], "", False, 0
+    while i < len(value):
+        ch = value[i]
+        if ch == '"':
+            if not in_quotes:
+                if field:
+                    field += '"'  # a quote inside an unquoted field is a character
+                else:
+                    in_quotes = True
+            elif value[i + 1:i + 2] == '"':
+                field += '"'
+                i += 1
+            else:
+                in_quotes = False
+        elif ch == "," and not in_quotes:
+            fields.append(field)
+            field = ""
+        else:
+            field += ch
+        i += 1
+    fields.append(field)
+    return fields
+
+
+def _c_number(text: str, integer: bool):
+    """std::atol / std::atof: the longest number at the start (after white space), 0 when there is none."""
+    import re
+
+    pat = r"\s*[+-]?\d+" if integer else r"\s*[+-]?(?:inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    m = re.match(pat, text, re.I)
+    if not m:
+        return 0 if integer else 0.0
+    return int(m.group(0)) if integer else float(m.group(0))
+
+
+def parse_kv_overrides(values) -> dict[str, tuple[str, object]]:
+    """--override-kv KEY=TYPE:VALUE,... (repeatable): string_parse_kv_override for each field."""
+    out: dict[str, tuple[str, object]] = {}
+    for value in values:
+        for item in _csv_row(value):
+            key, sep, rest = item.partition("=")
+            if not sep or len(key.encode()) >= 128:
+                raise click.BadParameter(f"malformed KV override '{item}'", param_hint="--override-kv")
+            if rest.startswith("int:"):
+                out[key] = ("int", _c_number(rest[4:], True))
+            elif rest.startswith("float:"):
+                out[key] = ("float", _c_number(rest[6:], False))
+            elif rest.startswith("bool:"):
+                if rest[5:] not in ("true", "false"):
+                    raise click.BadParameter(f"invalid boolean value for KV override '{item}'",
+                                             param_hint="--override-kv")
+                out[key] = ("bool", rest[5:] == "true")
+            elif rest.startswith("str:"):
+                if len(rest[4:].encode()) > 127:
+                    raise click.BadParameter(f"malformed KV override '{item}', value cannot exceed 127 chars",
+                                             param_hint="--override-kv")
+                out[key] = ("str", rest[4:])
+            else:
+                raise click.BadParameter(f"invalid type for KV override '{item}' (int, float, bool or str)",
+                                         param_hint="--override-kv")
+    return out
+
+
+def kv_override_option(f):
+    """--override-kv (llama.cpp's common argument): model metadata overrides, read by the model loader."""
+    def record(ctx, param, value):
+        ctx.meta["synapse.kv_overrides"] = parse_kv_overrides(value)
+
+    return click.option("--override-kv", "override_kv", multiple=True, metavar="KEY=TYPE:VALUE,...",
+                        callback=record, expose_value=False,
+                        help="Override model metadata by key (types int, float, bool, str), e.g. "
+                             "tokenizer.ggml.add_bos_token=bool:false (repeatable, or comma-separated).")(f)
+
+
+def kv_overrides() -> dict:
+    """The --override-kv overrides of this command line (key -> (tag, value))."""
+    return click.get_current_context().meta.get("synapse.kv_overrides", {})
 
 
 # llama.cpp options that change nothing in a CPU-only build: accepted so that a llama.cpp command line works,

@@ -17,7 +17,8 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, resolve_flash_attn, rope_options, rope_params)
+                          load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
+                          kv_overrides)
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
@@ -39,7 +40,8 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                         show_progress=not json_output, batch_invariant=not llama_batch_order,
                         flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q,
-                        load_mode=load_mode, rope=rope_params())
+                        load_mode=load_mode, rope=rope_params(),
+                        kv_overrides=kv_overrides())
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
@@ -58,8 +60,9 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
 @click.option("-f", "--file", "text_file", default=None,
-              help="Text to score (one trailing newline stripped, escapes processed unless --no-escape).")
-@click.option("-c", "--ctx-size", default=0, show_default=True, help="Tokens per chunk (required: llama-perplexity needs > 0).")
+              help="Text to score (one trailing newline stripped; escapes processed only with -e).")
+@click.option("-c", "--ctx-size", default=512, show_default=True,
+              help="Tokens per chunk (llama-perplexity's default: 512; it must be > 0).")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size.")
 @click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
 @click.option("--chunks", "n_chunks", default=-1, show_default=True, help="Chunks to score at most (-1: all).")
@@ -67,9 +70,11 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @cache_type_options
 @flash_attn_option
 @rope_options
+@kv_override_option
 @ignored_llama_options
 @load_mode_option
-@click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escapes in the text.")
+@click.option("-e", "--escape/--no-escape", default=False, show_default=True,
+              help="Process escapes (\\n, \\t, ...) in the text; off by default, as llama-perplexity sets it.")
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute batches in llama.cpp's batch orders (as decode): the logits, and so the perplexity, "
                    "are then llama-perplexity's.")
@@ -86,9 +91,18 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("--ppl-output-type", "output_type", default=0, show_default=True, metavar="<0|1>",
               help="0: `[1]x,[2]y,...`; any other value: a line per chunk, `%8d  %.4f` (its first token, the running "
                    "PPL), followed by the mean nll and its uncertainty without --ppl-stride.")
+@click.option("--hellaswag", is_flag=True,
+              help="HellaSwag score of the -f file (6 lines a task: context, right ending's index, 4 endings).")
+@click.option("--hellaswag-tasks", default=400, show_default=True, metavar="N",
+              help="Tasks drawn at random for --hellaswag.")
+@click.option("--winogrande", is_flag=True,
+              help="Winogrande score of the -f CSV file (index,sentence with a _,choice1,choice2,answer 1|2).")
+@click.option("--winogrande-tasks", default=0, show_default=True, metavar="N",
+              help="Tasks drawn at random for --winogrande (0: all, in file order).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-            flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, json_output):
+            flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, hellaswag,
+            hellaswag_tasks, winogrande, winogrande_tasks, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     load_mode = announce_load_mode(load_mode)
     from ..text import read_prompt
@@ -106,6 +120,17 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         if not json_output:
             print(f"Will perform strided perplexity calculation -> adjusting context size from {geo.ctx_from} to "
                   f"{geo.ctx_to}", file=sys.stderr)
+    if hellaswag or winogrande:
+        if text_file is None:
+            raise SynapseError("give the tasks with -f/--file")
+    if winogrande and not hellaswag:  # (llama-perplexity: --hellaswag wins)
+        return _winogrande(model_path, read_prompt(None, text_file, escape), ctx_size, batch_size, ubatch_size,
+                           threads, cache_type_k, cache_type_v, flash_attn, llama_batch_order, winogrande_tasks,
+                           json_output, load_mode)
+    if hellaswag:
+        return _hellaswag(model_path, read_prompt(None, text_file, escape), ctx_size, batch_size, ubatch_size,
+                          threads, cache_type_k, cache_type_v, flash_attn, llama_batch_order, hellaswag_tasks,
+                          json_output, load_mode)
     if kld:
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                               cache_type_v, flash_attn, llama_batch_order, json_output,
@@ -176,6 +201,88 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         print("Unexpected negative standard deviation of log(prob)", file=err)
     else:
         print(f"Final estimate: PPL = {ppl:.4f} +/- {ppl_err:.5f}", file=err)
+    out.write("\n")
+    out.flush()
+
+
+def _hellaswag(model_path, text, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
+               llama_batch_order, n_tasks, json_output, load_mode):
+    """--hellaswag: llama-perplexity's hellaswag_score and its output (stdout: the table header, a line per task
+    with the running accuracy and its 95 % interval, blank lines; the log lines on stderr). Its context holds four
+    sequences of -c cells (main() sets n_parallel to 4 for the task scores): a task must fit into 4 * -c tokens."""
+    from ..task_scores import getlines, hellaswag_score, load_hellaswag
+
+    sess, _, _ = _open(model_path, 4 * ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                       flash_attn, llama_batch_order, json_output, load_mode=load_mode)
+    tok = sess.tokenizer
+    err, out = sys.stderr, sys.stdout
+    tasks = load_hellaswag(text, n_tasks, lambda b: tok.encode(b, add_special=True, parse_special=False))
+    if not json_output:
+        print(f"hellaswag_score : loaded {len(getlines(text)) // 6} tasks from prompt.", file=err)
+        print(f"================================= is_spm = {int(tok.vocab.type == 'spm')}", file=err)
+        print(f"hellaswag_score : selecting {len(tasks)} randomized tasks.", file=err)
+        print("hellaswag_score : calculating hellaswag score over selected tasks.", file=err)
+        out.write("\ntask\tacc_norm\t95% confidence interval\n")
+        out.flush()
+    lines = []
+
+    def on_task(i, line):
+        lines.append(line)
+        if not json_output:
+            out.write(line + "\n")
+            out.flush()
+
+    acc = hellaswag_score(sess.ctx, tasks, sess.ctx.n_ctx, on_task)
+    if json_output:
+        print(json.dumps({"tasks": len(tasks), "acc_norm": acc * 100.0, "lines": lines}))
+        return
+    out.write("\n\n")
+    out.flush()
+
+
+def _winogrande(model_path, text, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
+                llama_batch_order, n_tasks, json_output, load_mode):
+    """--winogrande: llama-perplexity's winogrande_score and its output (stdout: a line per task with the running
+    accuracy, both sentences' scores, the model's answer and the right one; a blank line; the final score on stderr
+    from 100 tasks on)."""
+    from ..task_scores import (load_winogrande, select_winogrande, tokenize_winogrande, winogrande_final,
+                               winogrande_score)
+
+    err, out = sys.stderr, sys.stdout
+    tasks = load_winogrande(text, lambda msg: print(msg, file=err))
+    if not tasks:
+        raise SynapseError("winogrande_score: no tasks")
+    sess, _, _ = _open(model_path, 4 * ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                       flash_attn, llama_batch_order, json_output, load_mode=load_mode)
+    if not json_output:
+        print(f"winogrande_score : loaded {len(tasks)} tasks from prompt.", file=err)
+    if 0 < n_tasks < len(tasks):
+        if not json_output:
+            print(f"winogrande_score : selecting {n_tasks} random tasks", file=err)
+        tasks = select_winogrande(tasks, n_tasks)
+    if not json_output:
+        print("winogrande_score : tokenizing selected tasks", file=err)
+    tok = sess.tokenizer
+    tokenize_winogrande(tasks, lambda b: tok.encode(b, add_special=True, parse_special=False))
+    if not json_output:
+        print("winogrande_score : calculating winogrande score over selected tasks.", file=err)
+    lines = []
+
+    def on_task(line):
+        lines.append(line)
+        if not json_output:
+            out.write(line + "\n")
+            out.flush()
+
+    n_correct, n_done = winogrande_score(sess.ctx, tasks, sess.ctx.n_ctx, on_task)
+    final = winogrande_final(n_correct, n_done)
+    if json_output:
+        print(json.dumps({"tasks": n_done, "correct": n_correct, "lines": lines, "final": final}))
+        return
+    out.write("\n")
+    out.flush()
+    if final:
+        print(final, file=err)
     out.write("\n")
     out.flush()
 

@@ -98,3 +98,21 @@ def discrete_distribution(probs, rng: MT19937) -> int:
         cum.append(run)
     cum[-1] = 1.0
     return bisect.bisect_left(cum, canonical_double(rng))
+
+
+def uniform_int(rng: MT19937, a: int, b: int) -> int:
+    """std::uniform_int_distribution<size_t>(a, b)(rng) of libstdc++ (GCC 12) for a 32-bit engine: a range below
+    2^32 takes Lemire's nearly divisionless method with 64-bit products (`_S_nd`), as llama-perplexity's task
+    selection draws."""
+    urange = b - a
+    if urange >= 0xFFFFFFFF:
+        raise ValueError("uniform_int: ranges of 2^32 values or more are not ported")
+    erange = urange + 1
+    product = rng() * erange
+    low = product & 0xFFFFFFFF
+    if low < erange:
+        threshold = (-erange & 0xFFFFFFFF) % erange
+        while low < threshold:
+            product = rng() * erange
+            low = product & 0xFFFFFFFF
+    return a + (product >> 32)
