@@ -293,3 +293,177 @@ def winogrande_final(n_correct: int, n_done: int) -> str | None:
     p = np.float32(n_correct) / np.float32(n_done)
     sigma = np.float32(100.0 * math.sqrt(float(np.float32(p * (np.float32(1) - p) / np.float32(n_done - 1)))))
     return f"Final Winogrande score({n_done} tasks): {float(np.float32(100) * p):.4f} +/- {float(sigma):.4f}"
+
+
+# --- multiple choice (--multiple-choice: ARC, MMLU, TruthfulQA, ... in llama.cpp's binary format) ------------------
+
+@dataclass
+class ChoiceTask:
+    question: bytes
+    answers: list[bytes]  # mc1: one of them right
+    labels: list[int]
+    seq_tokens: list[list[int]] = field(default_factory=list)
+    common_prefix: int = 0
+
+    @property
+    def required_tokens(self) -> int:
+        return self.common_prefix + sum(len(s) - self.common_prefix for s in self.seq_tokens)
+
+
+class _Reader:
+    """The istringstream of multiple_choice_score: little-endian uint32 fields and sized strings."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def u32(self) -> int | None:
+        if self.pos + 4 > len(self.data):
+            self.pos = len(self.data)
+            return None
+        v = int.from_bytes(self.data[self.pos:self.pos + 4], "little")
+        self.pos += 4
+        return v
+
+    def string(self) -> bytes | None:
+        n = self.u32()
+        if n is None or self.pos + n > len(self.data):
+            return None
+        s = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return s
+
+    def answers(self) -> tuple[list[bytes], list[int]] | None:
+        """multiple_choice_answers::deserialize: n (at most 100), n strings, n int32 labels."""
+        n = self.u32()
+        if n is None or n > 100:
+            return None
+        answers = []
+        for _ in range(n):
+            a = self.string()
+            if a is None:
+                return None
+            answers.append(a)
+        if self.pos + 4 * n > len(self.data):
+            return None
+        labels = list(np.frombuffer(self.data, "<i4", n, self.pos).tolist())
+        self.pos += 4 * n
+        return answers, labels
+
+    def task(self) -> ChoiceTask | None:
+        q = self.string()
+        mc1 = self.answers() if q is not None else None
+        mc2 = self.answers() if mc1 is not None else None  # (read, not scored, as in llama.cpp)
+        return None if mc2 is None else ChoiceTask(q, *mc1)
+
+
+def load_multiple_choice(data: bytes, n_select: int, log) -> list[ChoiceTask]:
+    """The tasks multiple_choice_score evaluates (all, or n_select drawn as winogrande's are); log(text, out)
+    gets llama.cpp's messages (out: its stdout `LOG` dots, else a stderr line)."""
+    r = _Reader(data)
+    n_task = r.u32()
+    if not n_task:
+        raise SynapseError("multiple_choice_score: no tasks")
+    log(f"multiple_choice_score: there are {n_task} tasks in prompt", False)
+    task_pos = [r.u32() for _ in range(n_task)]
+    if task_pos and task_pos[-1] is None:
+        raise SynapseError("multiple_choice_score: failed to read task positions from prompt")
+    tasks = []
+    if n_select == 0 or n_select >= n_task:
+        log("multiple_choice_score: reading tasks", False)
+        n_dot = max(n_task // 100, 1)
+        for i in range(1, n_task + 1):
+            t = r.task()
+            if t is None:
+                raise SynapseError(f"multiple_choice_score: failed to read task {i} of {n_task}")
+            tasks.append(t)
+            if i % n_dot == 0:
+                log(".", True)
+        log("done\n", True)
+    else:
+        log(f"multiple_choice_score: selecting {n_select} random tasks from {n_task} tasks available", False)
+        rng = MT19937(1)
+        scale = np.float32(1.0) / (np.float32(1.0) + np.float32(0xFFFFFFFF))
+        aux = list(range(n_task))
+        for _ in range(n_select):
+            j = int(np.float32(np.float32(scale * np.float32(rng())) * np.float32(len(aux))))
+            idx = aux[j]
+            aux[j] = aux[-1]
+            aux.pop()
+            r.pos = task_pos[idx]
+            t = r.task()
+            if t is None:
+                raise SynapseError(f"multiple_choice_score: failed to read task {idx} at position {task_pos[idx]}")
+            tasks.append(t)
+    return tasks
+
+
+def prepare_multiple_choice(tasks: list[ChoiceTask], tokenize, log) -> None:
+    """multiple_choice_prepare_one_task for each (its progress dots on stdout, `...` from 500 tasks on)."""
+    log("multiple_choice_score: preparing task data", False)
+    many = len(tasks) > 500
+    if many:
+        log("...", True)
+    n_dot = max(len(tasks) // 100, 1)
+    for i, t in enumerate(tasks, 1):
+        if not t.question or not t.answers:
+            raise SynapseError("multiple_choice_prepare_one_task: found bad task with empty question and/or answers"
+                               if not many else "multiple_choice_score: found malformed tasks")
+        if any(not a for a in t.answers):
+            raise SynapseError("multiple_choice_prepare_one_task: found empty answer" if not many else
+                               "multiple_choice_score: found malformed tasks")
+        t.seq_tokens = [tokenize(t.question + b" " + a) for a in t.answers]
+        min_len = min(len(s) for s in t.seq_tokens)
+        while t.common_prefix < min_len and all(s[t.common_prefix] == t.seq_tokens[0][t.common_prefix]
+                                                 for s in t.seq_tokens[1:]):
+            t.common_prefix += 1
+        if not many and i % n_dot == 0:
+            log(".", True)
+    log("done\n", True)
+
+
+def multiple_choice_score(ctx, tasks: list[ChoiceTask], n_ctx: int, n_seq_max: int,
+                          on_task) -> tuple[int, int, int]:
+    """Evaluate the tasks in order (on_task gets each printed line); returns (correct, done, answers seen). A task
+    with more answers than the context has sequences (n_seq_max, -np) stops the run, as llama.cpp's packing does."""
+    n_correct = n_done = n_answers = 0
+    for i, t in enumerate(tasks):
+        if len(t.seq_tokens) > min(128, n_seq_max):
+            raise SynapseError(f"multiple_choice_score : task {i} requires a higher -np|--parallel value (at least "
+                               f"{len(t.seq_tokens)})")
+        if t.required_tokens > n_ctx:
+            raise SynapseError(f"multiple_choice_score : task {i} does not fit in the context window (requires "
+                               f"{t.required_tokens} tokens)")
+        cp = t.common_prefix
+        if cp == 0:
+            raise SynapseError("multiple_choice_score: the answers share no first token (a model without BOS?)")
+        ctx.reset()
+        first = _decode(ctx, t.seq_tokens[0][:cp])
+        log_probs = []
+        for seq in t.seq_tokens:
+            ctx.truncate(cp)
+            lp, count = np.float32(_first_token_logprob(first, seq[cp])), 1
+            rest = seq[cp:-1]
+            if rest:
+                for j, row in enumerate(_decode(ctx, rest, all_logits=True)):
+                    lp = np.float32(lp + _token_logprob(row, seq[cp + 1 + j]))
+                    count += 1
+            log_probs.append(np.float32(lp / np.float32(count)))
+        best = 0
+        for s in range(1, len(log_probs)):
+            if log_probs[s] > log_probs[best]:
+                best = s
+        n_answers += len(log_probs)
+        n_correct += t.labels[best] == 1
+        n_done += 1
+        on_task(f"{n_done}\t{100.0 * n_correct / n_done:.8f}")
+    return n_correct, n_done, n_answers
+
+
+def multiple_choice_final(n_correct: int, n_done: int, n_answers: int) -> list[str]:
+    """The result and random-chance lines (float arithmetic, as printed)."""
+    out = []
+    for num, den in ((n_correct, n_done), (n_done, n_answers)):
+        p = np.float32(np.float32(num) / np.float32(den))
+        sigma = np.float32(math.sqrt(float(np.float32(p * (np.float32(1) - p) / np.float32(n_done - 1)))))
+        out.append((float(np.float32(100) * p), float(np.float32(100) * sigma)))
+    return [f"Final result: {out[0][0]:.4f} +/- {out[0][1]:.4f}", f"Random chance: {out[1][0]:.4f} +/- {out[1][1]:.4f}"]

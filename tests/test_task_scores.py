@@ -82,3 +82,33 @@ def test_winogrande_prints_llama_perplexitys_lines(name):
         assert len(g) == len(w) and (not g or (g[:2], g[4:]) == (w[:2], w[4:])), (g, w)
         assert all(abs(float(a) - float(b)) <= 5e-4 for a, b in zip(g[2:4], w[2:4])), (g, w)
     assert "load_winogrande_from_csv: no _ in <This line has no blank and is skipped.>" in r.stderr
+
+
+MULTIPLE_CHOICE = {  # NAME -> flags (README there)
+    "SmolLM2-135M-Instruct.Q4_1": ["-np", "5"],
+    "tiny-llama-F32": ["--multiple-choice-tasks", "6"],
+    "tiny-qwen2-F32": ["-c", "128", "-np", "8"],
+    "tiny-mistral3-F32": ["-np", "5", "-fa", "off"],
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.real) if not n.startswith("tiny") else n
+                                  for n in MULTIPLE_CHOICE])
+def test_multiple_choice_prints_llama_perplexitys_table(name):
+    """stdout byte for byte (the progress dots, the table), the result and random-chance lines of stderr."""
+    r = _run("-m", _model(name), "-bf", TASKS / "multiple-choice-10.bin", "--multiple-choice",
+             *MULTIPLE_CHOICE[name], "-t", "2")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == (TASKS / f"{name}.multiple-choice.out").read_text()
+    assert "Final result: " in r.stderr and "Random chance: " in r.stderr
+
+
+def test_multiple_choice_needs_a_sequence_per_answer(tmp_path):
+    """Task 3 has five answers: llama-perplexity's default -np (4 sequences) stops there, as here."""
+    r = _run("-m", _model("tiny-llama-F32"), "-bf", TASKS / "multiple-choice-10.bin", "--multiple-choice")
+    assert r.exit_code == 1 and "task 2 requires a higher -np|--parallel value (at least 5)" in r.stderr
+    assert r.stdout.endswith("task\tacc_norm\n1\t0.00000000\n2\t50.00000000\n")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes((TASKS / "multiple-choice-10.bin").read_bytes()[:200])
+    r = _run("-m", _model("tiny-llama-F32"), "-bf", bad, "--multiple-choice")
+    assert r.exit_code == 1 and "failed to read task" in r.stderr

@@ -17,6 +17,7 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
+                          note_prompt_source, prompt_source,
                           load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
                           kv_overrides)
 
@@ -59,7 +60,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 
 @click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
-@click.option("-f", "--file", "text_file", default=None,
+@click.option("-f", "--file", "text_file", default=None, callback=note_prompt_source,
               help="Text to score (one trailing newline stripped; escapes processed only with -e).")
 @click.option("-c", "--ctx-size", default=512, show_default=True,
               help="Tokens per chunk (llama-perplexity's default: 512; it must be > 0).")
@@ -99,10 +100,20 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
               help="Winogrande score of the -f CSV file (index,sentence with a _,choice1,choice2,answer 1|2).")
 @click.option("--winogrande-tasks", default=0, show_default=True, metavar="N",
               help="Tasks drawn at random for --winogrande (0: all, in file order).")
+@click.option("--multiple-choice", is_flag=True,
+              help="Multiple-choice score (ARC, MMLU, TruthfulQA, ...) of the -bf/-f file in llama.cpp's binary format.")
+@click.option("--multiple-choice-tasks", default=0, show_default=True, metavar="N",
+              help="Tasks drawn at random for --multiple-choice (0: all).")
+@click.option("-np", "--parallel", "n_parallel", default=1, show_default=True, metavar="N",
+              help="Sequences per batch of the task scores (at least 4 there, as llama-perplexity sets; their context "
+                   "is N * -c): a multiple-choice task needs one per answer.")
+@click.option("-bf", "--binary-file", default=None, metavar="FNAME", callback=note_prompt_source,
+              help="Read the text or tasks from a file as it is (no trailing newline stripped).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
 def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
             flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, hellaswag,
-            hellaswag_tasks, winogrande, winogrande_tasks, json_output):
+            hellaswag_tasks, winogrande, winogrande_tasks, multiple_choice, multiple_choice_tasks, n_parallel,
+            binary_file, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     load_mode = announce_load_mode(load_mode)
     from ..text import read_prompt
@@ -120,15 +131,37 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         if not json_output:
             print(f"Will perform strided perplexity calculation -> adjusting context size from {geo.ctx_from} to "
                   f"{geo.ctx_to}", file=sys.stderr)
-    if hellaswag or winogrande:
+    if binary_file is not None:  # (the text as it is; -f, given too, is read but the last one given counts)
+        try:
+            with open(binary_file, "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            raise SynapseError(f"failed to open file '{binary_file}'") from None
+        print(f"Read {len(raw)} bytes from binary file {binary_file}", file=sys.stderr)
+        if text_file is None or prompt_source() == "binary_file":  # (both: the one given last counts)
+            text_file = None
+    if hellaswag or winogrande or multiple_choice:
+        if text_file is None and binary_file is None:
+            raise SynapseError("give the tasks with -f/--file or -bf/--binary-file")
+
+    def task_text() -> bytes:
         if text_file is None:
-            raise SynapseError("give the tasks with -f/--file")
-    if winogrande and not hellaswag:  # (llama-perplexity: --hellaswag wins)
-        return _winogrande(model_path, read_prompt(None, text_file, escape), ctx_size, batch_size, ubatch_size,
+            from ..text import process_escapes_bytes
+
+            return process_escapes_bytes(raw) if escape else raw
+        return read_prompt(None, text_file, escape)
+
+    n_par = max(4, n_parallel)  # main(): the task scores run n_parallel = max(4, -np) sequences of -c cells
+    if multiple_choice and not (hellaswag or winogrande):  # (llama-perplexity: --hellaswag, then --winogrande win)
+        return _multiple_choice(model_path, task_text(), n_par, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
+                                cache_type_v, flash_attn, llama_batch_order, multiple_choice_tasks, json_output,
+                                load_mode)
+    if winogrande and not hellaswag:
+        return _winogrande(model_path, task_text(), n_par * ctx_size, batch_size, ubatch_size,
                            threads, cache_type_k, cache_type_v, flash_attn, llama_batch_order, winogrande_tasks,
                            json_output, load_mode)
     if hellaswag:
-        return _hellaswag(model_path, read_prompt(None, text_file, escape), ctx_size, batch_size, ubatch_size,
+        return _hellaswag(model_path, task_text(), n_par * ctx_size, batch_size, ubatch_size,
                           threads, cache_type_k, cache_type_v, flash_attn, llama_batch_order, hellaswag_tasks,
                           json_output, load_mode)
     if kld:
@@ -205,14 +238,14 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     out.flush()
 
 
-def _hellaswag(model_path, text, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
+def _hellaswag(model_path, text, n_ctx, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
                llama_batch_order, n_tasks, json_output, load_mode):
     """--hellaswag: llama-perplexity's hellaswag_score and its output (stdout: the table header, a line per task
-    with the running accuracy and its 95 % interval, blank lines; the log lines on stderr). Its context holds four
-    sequences of -c cells (main() sets n_parallel to 4 for the task scores): a task must fit into 4 * -c tokens."""
+    with the running accuracy and its 95 % interval, blank lines; the log lines on stderr). n_ctx: llama.cpp's
+    context (n_parallel sequences of -c cells), which a task must fit into."""
     from ..task_scores import getlines, hellaswag_score, load_hellaswag
 
-    sess, _, _ = _open(model_path, 4 * ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+    sess, _, _ = _open(model_path, n_ctx, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
                        flash_attn, llama_batch_order, json_output, load_mode=load_mode)
     tok = sess.tokenizer
     err, out = sys.stderr, sys.stdout
@@ -240,7 +273,7 @@ def _hellaswag(model_path, text, ctx_size, batch_size, ubatch_size, threads, cac
     out.flush()
 
 
-def _winogrande(model_path, text, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
+def _winogrande(model_path, text, n_ctx, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
                 llama_batch_order, n_tasks, json_output, load_mode):
     """--winogrande: llama-perplexity's winogrande_score and its output (stdout: a line per task with the running
     accuracy, both sentences' scores, the model's answer and the right one; a blank line; the final score on stderr
@@ -252,7 +285,7 @@ def _winogrande(model_path, text, ctx_size, batch_size, ubatch_size, threads, ca
     tasks = load_winogrande(text, lambda msg: print(msg, file=err))
     if not tasks:
         raise SynapseError("winogrande_score: no tasks")
-    sess, _, _ = _open(model_path, 4 * ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+    sess, _, _ = _open(model_path, n_ctx, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
                        flash_attn, llama_batch_order, json_output, load_mode=load_mode)
     if not json_output:
         print(f"winogrande_score : loaded {len(tasks)} tasks from prompt.", file=err)
@@ -283,6 +316,55 @@ def _winogrande(model_path, text, ctx_size, batch_size, ubatch_size, threads, ca
     out.flush()
     if final:
         print(final, file=err)
+    out.write("\n")
+    out.flush()
+
+
+def _multiple_choice(model_path, data, n_seq_max, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v,
+                     flash_attn, llama_batch_order, n_tasks, json_output, load_mode):
+    """--multiple-choice: llama-perplexity's multiple_choice_score and its output (stdout: progress dots and
+    `done`, the table of the running accuracy; the result and random chance on stderr)."""
+    from ..task_scores import (load_multiple_choice, multiple_choice_final, multiple_choice_score,
+                               prepare_multiple_choice)
+
+    err, out = sys.stderr, sys.stdout
+    sess, _, _ = _open(model_path, n_seq_max * ctx_size, batch_size, ubatch_size, threads, cache_type_k,
+                       cache_type_v, flash_attn, llama_batch_order, json_output, load_mode=load_mode)
+
+    def log(text, to_stdout):  # llama.cpp's LOG (stdout: the progress dots) or LOG_INF (a stderr line)
+        if json_output:
+            return
+        if to_stdout:
+            out.write(text)
+            out.flush()
+        else:
+            print(text, file=err)
+
+    tasks = load_multiple_choice(data, n_tasks, log)
+    tok = sess.tokenizer
+    prepare_multiple_choice(tasks, lambda b: tok.encode(b, add_special=True, parse_special=False), log)
+    if not json_output:
+        print(f"multiple_choice_score : calculating TruthfulQA score over {len(tasks)} tasks.", file=err)
+        out.write("\ntask\tacc_norm\n")
+    lines = []
+
+    def on_task(line):
+        lines.append(line)
+        if not json_output:
+            out.write(line + "\n")
+            out.flush()
+
+    n_correct, n_done, n_answers = multiple_choice_score(sess.ctx, tasks, sess.ctx.n_ctx, n_seq_max, on_task)
+    # (llama.cpp's early return for fewer than 100 drawn tasks compares the count with itself: never taken)
+    final = multiple_choice_final(n_correct, n_done, n_answers)
+    if json_output:
+        print(json.dumps({"tasks": n_done, "correct": n_correct, "lines": lines, "final": final}))
+        return
+    out.write("\n")
+    out.flush()
+    for line in final:
+        print(line, file=err)
+    print("", file=err)
     out.write("\n")
     out.flush()
 
