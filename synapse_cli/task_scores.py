@@ -112,26 +112,28 @@ def _decode(ctx, tokens: list[int], all_logits: bool = False) -> np.ndarray:
     return np.concatenate(rows, axis=0) if all_logits else rows[-1]
 
 
-def task_logprobs(ctx, task: HellaswagTask) -> list[float]:
-    """Each ending's mean log-probability (double, as llama.cpp accumulates float terms)."""
-    cp = task.common_prefix
+def continuation_logprobs(ctx, seqs: list[list[int]], cp: int, what: str) -> list[list[np.float32]]:
+    """For each sequence after the cp tokens all share: the float log-probability of each of its tokens but the
+    first shared one, up to its last (the first from the prefix's softmax, the others from compute_logprobs)."""
     if cp == 0:
-        raise SynapseError("hellaswag: the endings share no first token (a model without BOS?)")
+        raise SynapseError(f"{what}: the answers share no first token (a model without BOS?)")
     ctx.reset()
-    first_logits = _decode(ctx, task.seq_tokens[0][:cp])
-    means = []
-    for seq in task.seq_tokens:
+    first = _decode(ctx, seqs[0][:cp])
+    out = []
+    for seq in seqs:
         ctx.truncate(cp)
-        total = float(_first_token_logprob(first_logits, seq[cp]))
-        count = 1
-        rest = seq[cp:-1]  # the last token's logits are not needed
+        terms = [np.float32(_first_token_logprob(first, seq[cp]))]
+        rest = seq[cp:-1]  # (the last token's logits are not needed)
         if rest:
-            rows = _decode(ctx, rest, all_logits=True)
-            for j, row in enumerate(rows):
-                total += float(_token_logprob(row, seq[cp + 1 + j]))
-                count += 1
-        means.append(total / count)
-    return means
+            terms += [_token_logprob(row, seq[cp + 1 + j]) for j, row in enumerate(_decode(ctx, rest, all_logits=True))]
+        out.append(terms)
+    return out
+
+
+def task_logprobs(ctx, task: HellaswagTask) -> list[float]:
+    """Each ending's mean log-probability (summed in double, as hellaswag_score does)."""
+    return [sum(float(x) for x in terms) / len(terms)
+            for terms in continuation_logprobs(ctx, task.seq_tokens, task.common_prefix, "hellaswag")]
 
 
 def wilson(acc: float, n: int) -> tuple[float, float, float]:
@@ -144,7 +146,7 @@ def wilson(acc: float, n: int) -> tuple[float, float, float]:
 
 
 def hellaswag_score(ctx, tasks: list[HellaswagTask], n_ctx: int, on_task) -> float:
-    """Evaluate the tasks in order; on_task(i, line) gets each line llama.cpp prints. Returns the accuracy."""
+    """Evaluate the tasks in order; on_task(line) gets each line llama.cpp prints. Returns the accuracy."""
     acc = 0.0
     for i, t in enumerate(tasks):
         if t.required_tokens > n_ctx:
@@ -158,7 +160,7 @@ def hellaswag_score(ctx, tasks: list[HellaswagTask], n_ctx: int, on_task) -> flo
         if best == t.gold:
             acc += 1.0
         freq, lo, hi = wilson(acc, i + 1)
-        on_task(i, f"{i + 1}\t{freq * 100.0:3.8f}%\t[{lo * 100.0:3.4f}%, {hi * 100.0:3.4f}%]")
+        on_task(f"{i + 1}\t{freq * 100.0:3.8f}%\t[{lo * 100.0:3.4f}%, {hi * 100.0:3.4f}%]")
     return acc / len(tasks) if tasks else float("nan")
 
 
@@ -433,21 +435,12 @@ def multiple_choice_score(ctx, tasks: list[ChoiceTask], n_ctx: int, n_seq_max: i
         if t.required_tokens > n_ctx:
             raise SynapseError(f"multiple_choice_score : task {i} does not fit in the context window (requires "
                                f"{t.required_tokens} tokens)")
-        cp = t.common_prefix
-        if cp == 0:
-            raise SynapseError("multiple_choice_score: the answers share no first token (a model without BOS?)")
-        ctx.reset()
-        first = _decode(ctx, t.seq_tokens[0][:cp])
-        log_probs = []
-        for seq in t.seq_tokens:
-            ctx.truncate(cp)
-            lp, count = np.float32(_first_token_logprob(first, seq[cp])), 1
-            rest = seq[cp:-1]
-            if rest:
-                for j, row in enumerate(_decode(ctx, rest, all_logits=True)):
-                    lp = np.float32(lp + _token_logprob(row, seq[cp + 1 + j]))
-                    count += 1
-            log_probs.append(np.float32(lp / np.float32(count)))
+        log_probs = []  # (summed in float here)
+        for terms in continuation_logprobs(ctx, t.seq_tokens, t.common_prefix, "multiple_choice_score"):
+            lp = terms[0]
+            for x in terms[1:]:
+                lp = np.float32(lp + x)
+            log_probs.append(np.float32(lp / np.float32(len(terms))))
         best = 0
         for s in range(1, len(log_probs)):
             if log_probs[s] > log_probs[best]:

@@ -238,6 +238,19 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
     out.flush()
 
 
+def _task_lines(json_output: bool):
+    """A task score's printed lines: kept (for --json) and, without --json, written to stdout as they come."""
+    lines = []
+
+    def on_task(line):
+        lines.append(line)
+        if not json_output:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    return lines, on_task
+
+
 def _hellaswag(model_path, text, n_ctx, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
                llama_batch_order, n_tasks, json_output, load_mode):
     """--hellaswag: llama-perplexity's hellaswag_score and its output (stdout: the table header, a line per task
@@ -257,14 +270,7 @@ def _hellaswag(model_path, text, n_ctx, batch_size, ubatch_size, threads, cache_
         print("hellaswag_score : calculating hellaswag score over selected tasks.", file=err)
         out.write("\ntask\tacc_norm\t95% confidence interval\n")
         out.flush()
-    lines = []
-
-    def on_task(i, line):
-        lines.append(line)
-        if not json_output:
-            out.write(line + "\n")
-            out.flush()
-
+    lines, on_task = _task_lines(json_output)
     acc = hellaswag_score(sess.ctx, tasks, sess.ctx.n_ctx, on_task)
     if json_output:
         print(json.dumps({"tasks": len(tasks), "acc_norm": acc * 100.0, "lines": lines}))
@@ -299,13 +305,7 @@ def _winogrande(model_path, text, n_ctx, batch_size, ubatch_size, threads, cache
     tokenize_winogrande(tasks, lambda b: tok.encode(b, add_special=True, parse_special=False))
     if not json_output:
         print("winogrande_score : calculating winogrande score over selected tasks.", file=err)
-    lines = []
-
-    def on_task(line):
-        lines.append(line)
-        if not json_output:
-            out.write(line + "\n")
-            out.flush()
+    lines, on_task = _task_lines(json_output)
 
     n_correct, n_done = winogrande_score(sess.ctx, tasks, sess.ctx.n_ctx, on_task)
     final = winogrande_final(n_correct, n_done)
@@ -346,13 +346,7 @@ def _multiple_choice(model_path, data, n_seq_max, ctx_size, batch_size, ubatch_s
     if not json_output:
         print(f"multiple_choice_score : calculating TruthfulQA score over {len(tasks)} tasks.", file=err)
         out.write("\ntask\tacc_norm\n")
-    lines = []
-
-    def on_task(line):
-        lines.append(line)
-        if not json_output:
-            out.write(line + "\n")
-            out.flush()
+    lines, on_task = _task_lines(json_output)
 
     n_correct, n_done, n_answers = multiple_choice_score(sess.ctx, tasks, sess.ctx.n_ctx, n_seq_max, on_task)
     # (llama.cpp's early return for fewer than 100 drawn tasks compares the count with itself: never taken)
