@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernels.errors import SynapseError
-from .generate import Generation, ReversePrompts, _pick_greedy
+from .generate import Generation, ReversePrompts, _pick_greedy, verbose_prompt_lines
 
 
 @dataclass
@@ -67,6 +67,23 @@ def _sigint_flag(state: dict):
         signal.signal(signal.SIGINT, old)
 
 
+# console::set_display's ANSI codes (common/console.cpp)
+ANSI = {"reset": b"\x1b[0m", "prompt": b"\x1b[33m", "user_input": b"\x1b[1m\x1b[32m"}
+
+
+class Console:
+    """console::set_display with -co: an ANSI code on stdout each time the kind of text shown changes (synapse's
+    console is always llama.cpp's simple one, whose output is stdout); without -co nothing."""
+
+    def __init__(self, write: Callable[[bytes], None], color: bool):
+        self.write, self.color, self.current = write, color, "reset"
+
+    def set_display(self, kind: str) -> None:
+        if self.color and kind != self.current:
+            self.write(ANSI[kind])
+            self.current = kind
+
+
 @dataclass
 class LoopParams:
     """The common_params that llama-completion's interactive loop reads (defaults: llama.cpp's)."""
@@ -80,13 +97,15 @@ class LoopParams:
     input_prefix_bos: bool = False  # --in-prefix-bos
     multiline_input: bool = False  # -mli
     special: bool = False  # -sp: print special tokens' text
+    verbose_prompt: bool = False  # --verbose-prompt: the tokens of the prompt and of each input on `log`
+    color: bool = False  # -co: the prompt in yellow, user input in bold green
     escape: bool = True
     display_prompt: bool = True
 
 
 def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: LoopParams,
              write: Callable[[bytes], None], readline: Callable[[], str | None], result: ConversationResult,
-             process_escapes: Callable[[str], str]) -> None:
+             process_escapes: Callable[[str], str], log: Callable[[bytes], None] = lambda line: None) -> None:
     """Run the loop; stdout text goes through `write`, user lines come from `readline`. chat: a ChatSession
     (conversation mode), or None for a raw prompt (-i / -if / --in-prefix ...)."""
     vocab = tok.vocab
@@ -107,6 +126,10 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     if len(embd_inp) > ctx.n_ctx - 4:
         raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx - 4})")
     result.prompt_ids = list(embd_inp)
+    if p.verbose_prompt:
+        text = prompt.encode("utf-8", "surrogateescape") if isinstance(prompt, str) else prompt
+        for line in verbose_prompt_lines(tok, text, embd_inp):
+            log(line)
     reverse = ReversePrompts(tok, p.reverse_prompts, interactive) if p.reverse_prompts else None
 
     is_interacting = interactive and interactive_first
@@ -122,14 +145,16 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     logits = None
     pending_prompt = chat is not None and bool(prompt_text)
 
-    def accept(t):
+    def accept(t, generated: bool):
         nonlocal last
         if sampler is not None:
-            sampler.accept(int(t))
+            sampler.accept(int(t), generated)
         if reverse is not None:
             reverse.prev.append(int(t))
         last = int(t)
 
+    console = Console(write, p.color)
+    console.set_display("prompt")  # (the prompt's echo comes first)
     st = {"interactive": interactive, "sigint": False, "reading": False}
     with _sigint_flag(st):
         while (n_remain != 0 and not is_antiprompt) or interactive:
@@ -150,7 +175,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
             embd = []
             if len(embd_inp) <= n_consumed and not is_interacting:
                 t = _pick_greedy(logits, vocab.is_eog, False) if sampler is None else sampler.sample(logits)
-                accept(t)
+                accept(t, True)
                 embd.append(t)
                 result.generated_ids.append(t)
                 if chat is not None and not waiting and not vocab.is_eog(t):
@@ -160,14 +185,15 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
             else:
                 while len(embd_inp) > n_consumed:
                     embd.append(embd_inp[n_consumed])
-                    accept(embd_inp[n_consumed])
+                    accept(embd_inp[n_consumed], False)
                     n_consumed += 1
                     if len(embd) == ctx.n_batch:
                         break
             if input_echo and display:
                 for t in embd:
                     write(tok.token_to_piece(t, special=p.special))
-            if input_echo and len(embd_inp) == n_consumed:
+            if input_echo and len(embd_inp) == n_consumed:  # no input pending: back to the default display
+                console.set_display("reset")
                 display = True
             if len(embd_inp) <= n_consumed:
                 if reverse is not None:
@@ -194,12 +220,14 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                         embd_inp.append(vocab.bos_id)
                     if p.input_prefix and chat is None:
                         write(p.input_prefix)
+                    console.set_display("user_input")
                     display = p.display_prompt
                     st["reading"] = True
                     try:
                         buffer = read_input_line(readline, p.multiline_input)
                     finally:
                         st["reading"] = False
+                    console.set_display("reset")
                     display = True
                     if not buffer:  # Ctrl-D on an empty line / end of input
                         write(b"EOF by user\n")
@@ -221,6 +249,11 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                             embd_inp.append(vocab.eot_id if vocab.eot_id != -1 else vocab.eos_id)
                             need_insert_eot = False
                         embd_inp.extend(line_pfx + line_inp + line_sfx)
+                        if p.verbose_prompt:
+                            added = line_pfx + line_inp + line_sfx
+                            log(b"llama_completion: number of tokens in prompt = %d" % len(added))
+                            for t in added:
+                                log(b"%6d -> '" % t + tok.token_to_piece(int(t), special=True) + b"'")
                         assistant = bytearray()
                         n_remain -= len(line_inp)
                     input_echo = False
@@ -244,3 +277,4 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
         else:
             result.stop = "reverse_prompt" if is_antiprompt else "limit"
     write(b"\n\n")
+    console.set_display("reset")  # (console::cleanup at exit)

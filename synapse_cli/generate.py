@@ -87,6 +87,12 @@ class ReversePrompts:
         return bool(text) and self.prev[-1] in self.single_tokens
 
 
+def verbose_prompt_lines(tok, prompt: bytes, ids: list[int]) -> list[bytes]:
+    """llama-completion's --verbose-prompt log: the prompt, its token count and each token with its text."""
+    return [b"llama_completion: prompt: '" + prompt + b"'", b"llama_completion: number of tokens in prompt = %d" % len(ids)] + \
+        [b"%6d -> '" % t + tok.token_to_piece(int(t), special=True) + b"'" for t in ids] + [b""]
+
+
 def argmax_first(logits: np.ndarray) -> int:
     """Index of the largest logit, the first one on ties (np.argmax scans from 0 with a strict >)."""
     return int(np.argmax(logits))
@@ -147,7 +153,7 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
         else:
             t1 = time.perf_counter()
             tok = sampler.sample(logits)
-            sampler.accept(tok)
+            sampler.accept(tok, generated=True)
             g.timings.sample_ms += (time.perf_counter() - t1) * 1e3
         g.generated_ids.append(tok)
         n_gen += 1

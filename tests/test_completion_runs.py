@@ -1,6 +1,7 @@
-"""llama-completion's loop beyond a plain completion: reverse prompts (-r) with and without interactive mode, -i and
--if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, and special tokens' text (-sp). Each case
-of tests/reference/interactive is a llama-completion run (args, piped stdin, stdout; made by
+"""llama-completion runs beyond a plain completion: reverse prompts (-r) with and without interactive mode, -i and
+-if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, special tokens' text (-sp) and the prompt's tokens on stderr (--verbose-prompt), grammars
+(--grammar, --grammar-file: greedy and sampled, characters, UTF-8 split over tokens, token elements) and JSON
+schemas (-j). Each case of tests/reference/runs is a llama-completion run (args, piped stdin, stdout; made by
 harness/record_completion.py, commands in tests/reference/README.md) that `synapse decode` must print byte for
 byte."""
 
@@ -14,7 +15,7 @@ import pytest
 from conftest import TINY_MODELS
 
 REF = Path(__file__).resolve().parent / "reference"
-CASES = sorted((REF / "interactive").glob("*.json"))
+CASES = sorted((REF / "runs").glob("*.json"))
 
 
 def _args(rec) -> list[str]:
@@ -27,13 +28,14 @@ def _args(rec) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
-def test_decode_prints_llama_completions_stdout(case):
+def test_decode_prints_llama_completions_stdout(case, monkeypatch):
     from click.testing import CliRunner
 
     from kernels import config
     from synapse_cli.cli import cli
 
     rec = json.loads(case.read_text())
+    monkeypatch.chdir(REF)  # (grammar files are named relative to it)
     threads = config.work_chunks()
     try:
         r = CliRunner().invoke(cli, ["decode", *_args(rec)], input=rec["stdin"].encode())
@@ -41,6 +43,8 @@ def test_decode_prints_llama_completions_stdout(case):
         config.set_num_threads(threads)
     assert r.exit_code == 0, r.stderr
     assert r.stdout_bytes == rec["stdout"].encode("utf-8", "surrogateescape")
+    if "stderr_lines" in rec:  # --verbose-prompt's log
+        assert "\n".join(rec["stderr_lines"]).encode("utf-8", "surrogateescape") in r.stderr_bytes
 
 
 def test_reverse_prompt_stops_and_says_so_in_json():
@@ -50,7 +54,7 @@ def test_reverse_prompt_stops_and_says_so_in_json():
 
     from synapse_cli.cli import cli
 
-    rec = json.loads((REF / "interactive" / "tiny-llama__r_two.json").read_text())
+    rec = json.loads((REF / "runs" / "tiny-llama__r_two.json").read_text())
     args = _args(rec)
     r = CliRunner().invoke(cli, ["decode", *args, "--json"])
     obj = json.loads(r.stdout)
@@ -59,3 +63,29 @@ def test_reverse_prompt_stops_and_says_so_in_json():
     del args[i:i + 4]  # both -r
     obj = json.loads(CliRunner().invoke(cli, ["decode", *args, "-r", "never said", "--json"]).stdout)
     assert obj["stop"] == "limit" and len(obj["generated_ids"]) == 40
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--grammar", "root ::= foo"], "Undefined rule identifier 'foo'"),
+    (["--grammar", 'root ::= "a'], "unexpected end of input"),
+    (["--grammar", 'expr ::= "a"'], "grammar does not contain a 'root' symbol"),
+    (["--grammar", 'root ::= root "a" | "b"'], "left recursion"),
+    (["--grammar", 'root ::= "a"{3,1}'], "repetition maximum below its minimum"),
+    (["--grammar", 'root ::= "a"{5000}'], "number of repetitions exceeds sane defaults"),
+    (["--grammar", 'root ::= [a-z'], "unexpected end of input"),
+    (["--grammar", 'root ::= "\\q"'], "unknown escape"),
+    (["--grammar", "root ::= <[99999]>"], None),  # a token the vocabulary lacks: nothing can be generated
+    (["--grammar-file", "/nonexistent/grammar.gbnf"], "failed to open file"),
+])
+def test_bad_grammars_are_one_line(flags, needle):
+    """llama.cpp's parser messages; llama-completion aborts where no stack survives a token, synapse says so."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-Q8_0.gguf"), "-p", "Hi", "-n", "4",
+                                 "--temp", "0", *flags])
+    assert r.exit_code == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()[-1:]) == 1 and r.stderr.strip().splitlines()[-1].startswith("Error: ")
+    if needle:
+        assert needle in r.stderr

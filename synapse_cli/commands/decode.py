@@ -18,9 +18,9 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options,
-                          rope_params)
-from .sampling_options import sampling_given, sampling_options, sampling_params
+                          load_mode_option, note_prompt_source, prompt_file_last, prompt_source, resolve_flash_attn,
+                          rope_options, rope_params, kv_override_option, kv_overrides, color_option)
+from .sampling_options import grammar_text, sampling_given, sampling_options, sampling_params
 
 
 class _BytesOut:
@@ -57,6 +57,8 @@ def default_threads() -> int:
               help="Prompt text (escapes such as \\n processed unless --no-escape).")
 @click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
               help="Read the prompt from a file (one trailing newline stripped; with -p, the last one given counts).")
+@click.option("-bf", "--binary-file", default=None, callback=note_prompt_source,
+              help="Read the prompt from a file as it is (no trailing newline stripped).")
 @click.option("-n", "--n-predict", default=-1, show_default=True, help="Tokens to generate; -1 = until end of generation or full context.")
 @click.option("-c", "--ctx-size", default=0, show_default=True, help="Context size; 0 = the model's training context.")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
@@ -70,6 +72,8 @@ def default_threads() -> int:
 @click.option("-r", "--reverse-prompt", "reverse_prompts", multiple=True, metavar="PROMPT",
               help="Stop generating at PROMPT (repeatable); in interactive mode, return control to the user.")
 @click.option("-sp", "--special", is_flag=True, help="Print special tokens' text (e.g. end-of-turn markers).")
+@color_option
+@click.option("--verbose-prompt", is_flag=True, help="Log the prompt's tokens (and each input's) on stderr.")
 @click.option("-i", "--interactive", is_flag=True,
               help="Interactive mode on a raw prompt: read further input from stdin when a reverse prompt or an "
                    "end-of-generation token comes (Ctrl-C interjects).")
@@ -86,6 +90,7 @@ def default_threads() -> int:
                    "on how the prompt is split into batches, as llama.cpp's do.")
 @flash_attn_option
 @rope_options
+@kv_override_option
 @ignored_llama_options
 @load_mode_option
 @click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
@@ -106,8 +111,10 @@ def default_threads() -> int:
               help="Render the model's chat template with Jinja (sandboxed); without it, llama.cpp's built-in "
                    "formatter for the detected template (llama-completion's default).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
-def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, reverse_prompts, special, interactive,
+def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
+            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, reverse_prompts, special, color,
+            verbose_prompt,
+            interactive,
             interactive_first, in_prefix, in_suffix, in_prefix_bos, multiline_input, llama_batch_order, flash_attn,
             load_mode, conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file,
             jinja, json_output, **sampling_opts):
@@ -117,8 +124,10 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     (llama-completion samples at --temp 0.8 with a random seed; give any sampling flag and all of its defaults
     apply), and it completes raw text unless -cnv is given (llama-completion starts a chat by itself when the
     model has a chat template)."""
+    grammar = None
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
+        grammar = grammar_text(sampling_opts)
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
         if val < 1:
             raise SynapseError(f"{name} must be >= 1, got {val}")
@@ -138,7 +147,19 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         raise SynapseError(f"failed to load model '{model_path}': file not found")
     from ..text import read_prompt
 
-    text = read_prompt(prompt, prompt_file, escape, prompt_file_last()) or b""
+    text = read_prompt(prompt, prompt_file, escape, prompt_file_last())
+    if binary_file is not None:  # read when given (an unreadable file is an error), counts when given last
+        try:
+            with open(binary_file, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            raise SynapseError(f"failed to open file '{binary_file}'") from None
+        click.echo(f"Read {len(data)} bytes from binary file {binary_file}", err=True)
+        if prompt_source() == "binary_file":
+            from ..text import process_escapes_bytes
+
+            text = process_escapes_bytes(data) if escape else data
+    text = text or b""
     if conversation:
         if chat_template and chat_template_file:
             raise SynapseError("--chat-template and --chat-template-file are exclusive; give one")
@@ -154,7 +175,8 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
                         n_threads=threads or default_threads(), cache_type_k=cache_type_k,
                         cache_type_v=cache_type_v, show_progress=not json_output,
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
-                        load_mode=announce_load_mode(load_mode), rope=rope_params())
+                        load_mode=announce_load_mode(load_mode), rope=rope_params(),
+                        kv_overrides=kv_overrides())
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     hp = sess.ctx.hp
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning
@@ -163,12 +185,13 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     from ..hparams import n_ctx_train_after_yarn
 
     if sess.ctx.n_ctx > n_ctx_train_after_yarn(hp):  # llama-completion's (after a custom YaRN scaling's adjustment)
-        click.echo(f"main: model was trained on only {n_ctx_train_after_yarn(hp)} context tokens "
+        click.echo(f"llama_completion: model was trained on only {n_ctx_train_after_yarn(hp)} context tokens "
                    f"({sess.ctx.n_ctx} specified)", err=True)
     tok = sess.tokenizer
     sampler = None
     if sampling_given(sampling_opts):
-        sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader, escape=escape), ignore_eos)
+        sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader, escape=escape), ignore_eos,
+                               grammar)
         if not json_output:  # llama-completion's log lines
             click.echo(f"sampler seed: {sampler.seed}", err=True)
             click.echo(f"sampler params: \n{sampler.params.print()}", err=True)
@@ -185,11 +208,16 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         loop = LoopParams(n_predict=n_predict, interactive=interactive, interactive_first=interactive_first,
                           single_turn=single_turn, reverse_prompts=reverse_prompts, input_prefix=flag_text(in_prefix),
                           input_suffix=flag_text(in_suffix), input_prefix_bos=in_prefix_bos, multiline_input=multiline_input,
-                          special=special, escape=escape, display_prompt=not no_display_prompt)
+                          special=special, escape=escape, display_prompt=not no_display_prompt,
+                          verbose_prompt=verbose_prompt, color=color and not json_output)
         chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation else None
         return _interactive(sess, text, chat, loop, sampler, json_output)
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
+    if verbose_prompt:
+        from ..generate import verbose_prompt_lines
+
+        _BytesOut(sys.stderr).write(b"".join(line + b"\n" for line in verbose_prompt_lines(tok, text, prompt_ids)))
     result = Generation(list(prompt_ids))
     result.timings.load_ms = sess.load_ms
     result.timings.t_start = sess.t_start
@@ -197,10 +225,16 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
     # the pieces' bytes as they are, like llama-completion (a multi-byte character split over tokens, or bytes
     # that are no valid UTF-8, reach stdout exactly as llama.cpp writes them)
     out = _BytesOut(sys.stdout)
+    from ..conversation import Console
+
+    console = Console(out.write, color and not json_output)
+    console.set_display("prompt")
     if not json_output and not no_display_prompt and n_predict != 0:  # -n 0: llama-completion runs no loop
         shown = b"".join(tok.token_to_piece(i, special=special) for i in prompt_ids)
         out.write(shown)
         out.flush()
+    if n_predict != 0:  # (the prompt's echo is over)
+        console.set_display("reset")
     gen_bytes = bytearray()
     try:
         reverse = ReversePrompts(tok, reverse_prompts, interactive=False) if reverse_prompts else None
@@ -218,10 +252,11 @@ def command(model_path, prompt, prompt_file, n_predict, ctx_size, batch_size, ub
         if result.stop == "eos":
             out.write(b" [end of text]\n")
         out.write(b"\n\n")  # llama-completion ends its output so
+        console.set_display("reset")  # (console::cleanup at exit: after -n 0, the prompt's color is still on)
         out.flush()
         err = sys.stderr
         if result.stop == "ctx":
-            print("\n\nmain: context full and context shift is disabled => stopping", file=err)
+            print("\n\nllama_completion: context full and context shift is disabled => stopping", file=err)
         print("", file=err)
         for line in result.timings.perf_lines():
             print(line, file=err)
@@ -255,7 +290,7 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
         templates = ChatTemplates.from_gguf(sess.model.reader, tok, chat_template=chat_template,
                                             chat_template_file=chat_template_file, use_jinja=jinja)
         if not templates.has_explicit_template:  # llama-completion's warning
-            click.echo("main: chat template is not available or is not supported. This may cause the model to "
+            click.echo("llama_completion: chat template is not available or is not supported. This may cause the model to "
                        "output suboptimal responses", err=True)
         session = ChatSession(templates)
         prompt = text.decode("utf-8", "replace")
@@ -277,7 +312,8 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
 
     try:
         converse(sess.ctx, tok, session, system_prompt=system_prompt, prompt=prompt, sampler=sampler, p=loop,
-                 write=write, readline=readline, result=result, process_escapes=process_escapes)
+                 write=write, readline=readline, result=result, process_escapes=process_escapes,
+                 log=lambda line: _BytesOut(sys.stderr).write(line + b"\n"))
     except KeyboardInterrupt:
         result.stop = "interrupted"
     if json_output:
@@ -290,16 +326,18 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
         print(json.dumps(obj, ensure_ascii=False))
     else:
         if result.stop == "ctx":
-            print("\n\nmain: context full and context shift is disabled => stopping", file=sys.stderr)
+            print("\n\nllama_completion: context full and context shift is disabled => stopping", file=sys.stderr)
         if result.stop == "interrupted":
             print("\nInterrupted by user", file=sys.stderr)
     if result.stop == "interrupted":
         sys.exit(130)
 
 
-def make_sampler(sess, params, ignore_eos: bool):
-    """common_sampler_init for the session's vocabulary (DRY needs every token's text and the tokenizer)."""
+def make_sampler(sess, params, ignore_eos: bool, grammar: str | None = None):
+    """common_sampler_init for the session's vocabulary (DRY needs every token's text and the tokenizer; a
+    grammar, every token's piece with special tokens' text)."""
     from ..sampling import CommonSampler
+    from ..sampling.grammar import Grammar
 
     tok = sess.tokenizer
     v = tok.vocab
@@ -309,5 +347,10 @@ def make_sampler(sess, params, ignore_eos: bool):
     if params.dry_multiplier != 0:
         pieces = [tok.detokenize_bytes([i], unparse_special=True) for i in range(v.n_tokens)]
         tokenize = lambda b: tok.encode(b, add_special=False, parse_special=False)  # noqa: E731
+    gram = None
+    if grammar is not None:
+        gram = Grammar(grammar.encode("utf-8", "surrogateescape"),
+                       [tok.token_to_piece(i, special=True) for i in range(v.n_tokens)], sorted(v.eog_ids),
+                       tokenize=lambda b: tok.encode(b, add_special=False, parse_special=True))
     return CommonSampler(params, v.n_tokens, sorted(v.eog_ids), pieces, tokenize,
-                         suppress=[int(t) for t in suppress if 0 <= int(t) < v.n_tokens])
+                         suppress=[int(t) for t in suppress if 0 <= int(t) < v.n_tokens], grammar=gram)

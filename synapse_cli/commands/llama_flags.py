@@ -6,7 +6,7 @@ import click
 import numpy as np
 
 
-# -fa's spellings as common/arg.cpp takes them (is_truthy / is_falsey / is_autoy, case-sensitive)
+# -fa's and -co's spellings as common/arg.cpp takes them (is_truthy / is_falsey / is_autoy, case-sensitive)
 FLASH_ATTN_VALUES = {"on": "on", "enabled": "on", "true": "on", "1": "on",
                      "off": "off", "disabled": "off", "false": "off", "0": "off",
                      "auto": "auto", "-1": "auto"}
@@ -16,6 +16,23 @@ def _flash_attn_value(ctx, param, value):
     if value not in FLASH_ATTN_VALUES:
         raise click.BadParameter(f"unknown value {value!r} (on|off|auto, or 1|true|enabled, 0|false|disabled, -1)")
     return FLASH_ATTN_VALUES[value]
+
+
+def _color_value(ctx, param, value):
+    """-co/--color on|off|auto (auto: when stdout is a terminal, tty_can_use_colors) -> whether to color."""
+    import sys
+
+    if value not in FLASH_ATTN_VALUES:
+        raise click.BadParameter(f"unknown value for --color: {value!r} (on|off|auto)")
+    v = FLASH_ATTN_VALUES[value]
+    return v == "on" or (v == "auto" and sys.stdout.isatty())
+
+
+def color_option(f):
+    """-co/--color (llama-completion's; off unless given)."""
+    return click.option("-co", "--color", "color", metavar="[on|off|auto]", default="off", callback=_color_value,
+                        help="Color the prompt (yellow) and user input (bold green) with ANSI codes; auto: when "
+                             "stdout is a terminal.")(f)
 
 
 def note_prompt_source(ctx, param, value):

@@ -48,6 +48,39 @@ _OPTIONS = [
     (("--sampler-seq", "--sampling-seq"), "sampler_seq", str, "The order as letters (default edskypmxt)."),
 ]
 
+# the grammar flags (common/arg.cpp): each sets the one grammar, so the last given counts
+_GRAMMAR_OPTIONS = [
+    (("--grammar",), "grammar", "GRAMMAR", "GBNF grammar the generated text must follow."),
+    (("--grammar-file",), "grammar_file", "FNAME", "File to read the GBNF grammar from."),
+]
+
+
+def _note_grammar(ctx, param, value):
+    if value is not None:
+        ctx.meta["synapse.grammar"] = param.name
+    return value
+
+
+def grammar_text(opts: dict) -> str | None:
+    """The GBNF text of the grammar flag given last (a JSON schema converted), or None; bad input (an unreadable
+    file, a schema that is no JSON or cannot be converted) raises SynapseError, before any model is loaded."""
+    which = click.get_current_context().meta.get("synapse.grammar")
+    if which is None:
+        return None
+    value = opts[which]
+    if which in ("grammar_file", "json_schema_file"):
+        try:
+            with open(value, "rb") as f:
+                value = f.read().decode("utf-8", "surrogateescape")
+        except OSError:
+            raise SynapseError(f"failed to open file '{value}'") from None
+    if which in ("json_schema", "json_schema_file"):
+        from ..sampling.json_schema import schema_text_to_grammar
+
+        return schema_text_to_grammar(value)
+    return value or None  # (an empty grammar is no grammar)
+
+
 # the flags whose model-recommended value (general.sampling.<key>) llama.cpp applies when not given
 _MODEL_KEYS = {"top_k": int, "top_p": float, "min_p": float, "xtc_probability": float, "xtc_threshold": float,
                "temp": float, "penalty_last_n": int, "penalty_repeat": float, "mirostat": int,
@@ -61,6 +94,8 @@ def sampling_options(f):
     f = click.option("--dry-sequence-breaker", "dry_sequence_breaker", multiple=True, metavar="STRING",
                      help="DRY sequence breaker, replacing the defaults ('\\n', ':', '\"', '*'); 'none' for none "
                           "(repeatable).")(f)
+    for flags, dest, metavar, hlp in reversed(_GRAMMAR_OPTIONS):
+        f = click.option(*flags, dest, default=None, metavar=metavar, callback=_note_grammar, help=hlp)(f)
     for flags, dest, typ, hlp in reversed(_OPTIONS):
         f = click.option(*flags, dest, type=typ, default=None, help=hlp)(f)
     return f
@@ -89,8 +124,8 @@ def _logit_bias(value: str) -> tuple[int, float]:
 
 def sampling_given(opts: dict) -> bool:
     """Whether any sampling flag was given (synapse decode then samples with llama.cpp's chain)."""
-    return any(opts.get(dest) is not None for _, dest, _, _ in _OPTIONS) or bool(opts.get("logit_bias")) \
-        or bool(opts.get("dry_sequence_breaker"))
+    return any(opts.get(dest) is not None for _, dest, _, _ in _OPTIONS + _GRAMMAR_OPTIONS) \
+        or bool(opts.get("logit_bias")) or bool(opts.get("dry_sequence_breaker"))
 
 
 def sampling_params(opts: dict, model_meta=None, warn=lambda msg: click.echo(msg, err=True), escape: bool = True):

@@ -5,7 +5,8 @@ optional logit-bias sampler, then either the `samplers` sequence (default penalt
 typ_p;top_p;min_p;xtc;temperature) closed by `dist` (or adaptive-p), or temperature + mirostat 1 / 2.
 `sample(logits)` runs the chain on a fresh candidate list, `accept(token)` feeds every prompt and generated
 token to each sampler (repetition penalties and DRY see the prompt), `reset()` reseeds as llama.cpp does
-when a conversation turn begins.
+when a conversation turn begins. With a grammar (--grammar, -j), a sampled token the grammar rejects is sampled
+again from the candidates the grammar allows, and only generated tokens advance the grammar.
 """
 
 from __future__ import annotations
@@ -133,9 +134,10 @@ class CommonSampler:
     """common_sampler: the chain for one sequence, built from `params` for a vocabulary."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, eog_ids: list[int],
-                 vocab_pieces=None, tokenize=None, suppress: list[int] = ()):
+                 vocab_pieces=None, tokenize=None, suppress: list[int] = (), grammar=None):
         params.check()
         self.params = params
+        self.grammar = grammar  # a grammar.Grammar, or None
         p = params
         chain: list[S.Sampler] = []
         biases = list(p.logit_bias)
@@ -206,15 +208,33 @@ class CommonSampler:
         return "logits " + "".join(f"-> {s.name} " for s in self.chain)
 
     def sample(self, logits: np.ndarray) -> int:
-        """common_sampler_sample: the chain over every vocabulary entry; the selected id."""
+        """common_sampler_sample: the chain over every vocabulary entry; the selected id. With a grammar, the
+        selected token is checked alone; if the grammar rejects it, the grammar filters every candidate and the
+        chain runs again (its random engine and state go on from the first run, as in llama.cpp)."""
         cur = TokenDataArray.from_logits(logits)
+        for s in self.chain:
+            s.apply(cur)
+        if not 0 <= cur.selected < cur.size:
+            raise SynapseError("no selected token during sampling - check your sampling configuration")
+        tok = int(cur.ids[cur.selected])
+        if self.grammar is None:
+            return tok
+        single = TokenDataArray(np.array([tok], np.int32), np.array([1.0], np.float32))
+        self.grammar.apply(single)
+        if single.logit[0] != -np.inf:
+            return tok
+        cur = TokenDataArray.from_logits(logits)  # resampling: the grammar first, then the chain
+        self.grammar.apply(cur)
         for s in self.chain:
             s.apply(cur)
         if not 0 <= cur.selected < cur.size:
             raise SynapseError("no selected token during sampling - check your sampling configuration")
         return int(cur.ids[cur.selected])
 
-    def accept(self, token: int) -> None:
+    def accept(self, token: int, generated: bool = False) -> None:
+        """common_sampler_accept: every sampler sees the token; the grammar only a generated one."""
+        if generated and self.grammar is not None:
+            self.grammar.accept(token)
         for s in self.chain:
             s.accept(token)
 

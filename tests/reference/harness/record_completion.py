@@ -4,11 +4,13 @@
 
 STDIN is the text piped to llama-completion (may be empty; escapes such as \n processed); ARGS are all its arguments.
 Run from tests/reference. stdout is stored as text, bytes that are no UTF-8 as surrogate escapes (read it back with
-.encode("utf-8", "surrogateescape")).
+.encode("utf-8", "surrogateescape")). With STDERR_FROM=<text>, the stderr lines from the first one holding <text> up
+to the next empty line are kept too ("stderr_lines", without llama.cpp's log timestamps).
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +20,12 @@ env = {**os.environ, "LD_PRELOAD": os.environ["EXIT_DELAY"]}
 p = subprocess.run([os.path.join(os.environ["LLAMA_BIN"], "llama-completion"), *args], input=stdin.encode(),
                    capture_output=True, env=env)
 assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+rec = {"args": args, "stdin": stdin, "stdout": p.stdout.decode("utf-8", "surrogateescape")}
+if os.environ.get("STDERR_FROM"):
+    lines = [re.sub(r"^\d+\.\d+\.\d+\.\d+ [IWE] ", "", line)
+             for line in p.stderr.decode("utf-8", "surrogateescape").split("\n")]
+    start = next(i for i, line in enumerate(lines) if os.environ["STDERR_FROM"] in line)
+    rec["stderr_lines"] = lines[start:lines.index("", start)]
 with open(out, "w") as f:
-    json.dump({"args": args, "stdin": stdin, "stdout": p.stdout.decode("utf-8", "surrogateescape")}, f, indent=1)
+    json.dump(rec, f, indent=1)
     f.write("\n")
