@@ -54,17 +54,29 @@ def _token_logprob(logits, tok):
     return np.float32(np.float32(logits[tok] - mx) - np.float32(math.log(s)))
 
 
+class _Sequences:
+    """A task's token sequences (one per answer) over the tokens they all begin with."""
+    seq_tokens: list[list[int]]
+    common_prefix: int
+
+    def set_sequences(self, seqs: list[list[int]]) -> None:
+        self.seq_tokens = seqs
+        n = min(len(s) for s in seqs)
+        self.common_prefix = next((k for k in range(n) if any(s[k] != seqs[0][k] for s in seqs[1:])), n)
+
+    @property
+    def required_tokens(self) -> int:
+        """The cells llama.cpp's batch gives the task: the shared prefix once, each sequence's rest."""
+        return self.common_prefix + sum(len(s) - self.common_prefix for s in self.seq_tokens)
+
+
 @dataclass
-class HellaswagTask:
+class HellaswagTask(_Sequences):
     context: bytes
     gold: int
     endings: list[bytes]
     seq_tokens: list[list[int]] = field(default_factory=list)
     common_prefix: int = 0
-
-    @property
-    def required_tokens(self) -> int:
-        return self.common_prefix + sum(len(s) - self.common_prefix for s in self.seq_tokens)
 
 
 def getlines(text: bytes) -> list[bytes]:
@@ -95,12 +107,7 @@ def load_hellaswag(text: bytes, n_tasks: int, tokenize) -> list[HellaswagTask]:
         idx = uniform_int(rng, 0, len(lines) // 6 - 1)
         block = lines[idx * 6: idx * 6 + 6]
         t = HellaswagTask(block[0], _stoi(block[1]), block[2:6])
-        t.seq_tokens = [tokenize(t.context + b" " + e) for e in t.endings]
-        first = t.seq_tokens[0]
-        while (t.common_prefix < len(first)
-               and all(len(s) > t.common_prefix and s[t.common_prefix] == first[t.common_prefix]
-                       for s in t.seq_tokens[1:])):
-            t.common_prefix += 1
+        t.set_sequences([tokenize(t.context + b" " + e) for e in t.endings])
         tasks.append(t)
         del lines[idx * 6: idx * 6 + 6]
     return tasks
@@ -170,7 +177,7 @@ K_MIN_TRAILING_CTX = 3  # winogrande_score: score only the words after the choic
 
 
 @dataclass
-class WinograndeTask:
+class WinograndeTask(_Sequences):
     first: bytes
     second: bytes
     choices: tuple[bytes, bytes]
@@ -178,10 +185,6 @@ class WinograndeTask:
     seq_tokens: list[list[int]] = field(default_factory=list)
     common_prefix: int = 0
     n_base: tuple[int, int] = (0, 0)  # tokens of context + choice 1, context + choice 2
-
-    @property
-    def required_tokens(self) -> int:
-        return self.common_prefix + sum(len(s) - self.common_prefix for s in self.seq_tokens)
 
 
 def load_winogrande(text: bytes, warn) -> list[WinograndeTask]:
@@ -236,9 +239,7 @@ def select_winogrande(tasks: list[WinograndeTask], n: int) -> list[WinograndeTas
 
 def tokenize_winogrande(tasks: list[WinograndeTask], tokenize) -> None:
     for t in tasks:
-        t.seq_tokens = [tokenize(t.first + c + t.second) for c in t.choices]
-        a, b = t.seq_tokens
-        t.common_prefix = next((k for k in range(len(a)) if k >= len(b) or a[k] != b[k]), len(a))
+        t.set_sequences([tokenize(t.first + c + t.second) for c in t.choices])
         t.n_base = tuple(len(tokenize(t.first + c)) for c in t.choices)
 
 
@@ -300,16 +301,12 @@ def winogrande_final(n_correct: int, n_done: int) -> str | None:
 # --- multiple choice (--multiple-choice: ARC, MMLU, TruthfulQA, ... in llama.cpp's binary format) ------------------
 
 @dataclass
-class ChoiceTask:
+class ChoiceTask(_Sequences):
     question: bytes
     answers: list[bytes]  # mc1: one of them right
     labels: list[int]
     seq_tokens: list[list[int]] = field(default_factory=list)
     common_prefix: int = 0
-
-    @property
-    def required_tokens(self) -> int:
-        return self.common_prefix + sum(len(s) - self.common_prefix for s in self.seq_tokens)
 
 
 class _Reader:
@@ -413,11 +410,7 @@ def prepare_multiple_choice(tasks: list[ChoiceTask], tokenize, log) -> None:
         if any(not a for a in t.answers):
             raise SynapseError("multiple_choice_prepare_one_task: found empty answer" if not many else
                                "multiple_choice_score: found malformed tasks")
-        t.seq_tokens = [tokenize(t.question + b" " + a) for a in t.answers]
-        min_len = min(len(s) for s in t.seq_tokens)
-        while t.common_prefix < min_len and all(s[t.common_prefix] == t.seq_tokens[0][t.common_prefix]
-                                                 for s in t.seq_tokens[1:]):
-            t.common_prefix += 1
+        t.set_sequences([tokenize(t.question + b" " + a) for a in t.answers])
         if not many and i % n_dot == 0:
             log(".", True)
     log("done\n", True)
