@@ -76,6 +76,10 @@ def test_reverse_prompt_stops_and_says_so_in_json():
     (["--grammar", 'root ::= "\\q"'], "unknown escape"),
     (["--grammar", "root ::= <[99999]>"], None),  # a token the vocabulary lacks: nothing can be generated
     (["--grammar-file", "/nonexistent/grammar.gbnf"], "failed to open file"),
+    (["-j", "{bad"], "invalid JSON schema"),
+    (["-j", '{"type": "object", "properties": {"a": {"$ref": "http://x"}}}'], "unsupported $ref http://x"),
+    (["-jf", "/nonexistent/schema.json"], "failed to open file"),
+    (["-j", '{"type": "string", "pattern": "^\u00e9+$"}'], "failed to parse grammar"),  # (llama.cpp aborts too)
 ])
 def test_bad_grammars_are_one_line(flags, needle):
     """llama.cpp's parser messages; llama-completion aborts where no stack survives a token, synapse says so."""

@@ -52,6 +52,10 @@ _OPTIONS = [
 _GRAMMAR_OPTIONS = [
     (("--grammar",), "grammar", "GRAMMAR", "GBNF grammar the generated text must follow."),
     (("--grammar-file",), "grammar_file", "FNAME", "File to read the GBNF grammar from."),
+    (("-j", "--json-schema"), "json_schema", "SCHEMA",
+     "JSON schema the generated text must follow (made a grammar as llama.cpp makes it), e.g. '{\"type\": "
+     "\"object\"}'."),
+    (("-jf", "--json-schema-file"), "json_schema_file", "FILE", "File holding such a JSON schema."),
 ]
 
 
@@ -75,9 +79,12 @@ def grammar_text(opts: dict) -> str | None:
         except OSError:
             raise SynapseError(f"failed to open file '{value}'") from None
     if which in ("json_schema", "json_schema_file"):
-        from ..sampling.json_schema import schema_text_to_grammar
+        from ..sampling.json_schema import JsonSchemaError, schema_text_to_grammar
 
-        return schema_text_to_grammar(value)
+        try:
+            return schema_text_to_grammar(value)
+        except JsonSchemaError as e:  # (llama.cpp's conversion errors span lines: one line here)
+            raise SynapseError(" ".join(str(e).split("\n"))) from None
     return value or None  # (an empty grammar is no grammar)
 
 

@@ -346,7 +346,7 @@ class _Parser:
 
 def parse_grammar(text: bytes | str, tokenize=None) -> tuple[list[list[tuple[int, int]]], dict[str, int]]:
     """llama_grammar_parser::parse: (rules, symbol ids); GrammarError with llama.cpp's message on bad input."""
-    p = _Parser(text.encode("utf-8") if isinstance(text, str) else text, tokenize)
+    p = _Parser(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, tokenize)
     try:
         p.parse()
     except RecursionError:  # (nested groups a few hundred deep; llama.cpp recurses on its C stack)
