@@ -16,41 +16,18 @@ import re
 import sys
 from pathlib import Path
 
+from cpp_literals import tokens as cpp_tokens, unescape
+
 FIELDS = ("name", "template_str", "expected_output", "expected_output_jinja", "bos_token", "eos_token",
           "supported_with_jinja", "extra_conversation")
 DEFAULTS = {"bos_token": "", "eos_token": "", "supported_with_jinja": True, "extra_conversation": []}
-
-_ESC = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
 
 _TOKEN = re.compile(r'''\s+|//[^\n]*|/\*.*?\*/|U8C\(|LU8\(|"(?:[^"\\]|\\.)*"|[{},()]|true|false|[A-Za-z_]\w*''',
                     re.S)
 
 
-def _unescape(lit: str) -> str:
-    body = lit[1:-1]
-    out, i = [], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            out.append(_ESC[body[i + 1]])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _tokens(src: str):
-    pos = 0
-    while pos < len(src):
-        m = _TOKEN.match(src, pos)
-        if not m:
-            raise ValueError(f"cannot read C++ at {src[pos:pos + 40]!r}")
-        pos = m.end()
-        t = m.group()
-        if t.isspace() or t.startswith("//") or t.startswith("/*") or t in ("U8C(", "LU8(", ")", "("):
-            continue
-        yield t
+def _tokens(src: str) -> list[str]:
+    return cpp_tokens(src, _TOKEN, skip=("U8C(", "LU8(", ")", "("))
 
 
 def _parse(tokens: list, i: int):
@@ -67,7 +44,7 @@ def _parse(tokens: list, i: int):
     if t.startswith('"'):
         s = ""
         while i < len(tokens) and tokens[i].startswith('"'):  # adjacent literals concatenate
-            s += _unescape(tokens[i])
+            s += unescape(tokens[i])
             i += 1
         return s, i
     if t in ("true", "false"):

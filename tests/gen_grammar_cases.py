@@ -20,52 +20,10 @@ Only the C++ string, char and integer literals of these calls and assignments ar
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
-_ESC = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
-
-# a token: blank, comment, raw or plain string literal, char literal, word, two-character operator, or any other
-_TOKEN = re.compile(r'''\s+|//[^\n]*|/\*.*?\*/|R"(?P<delim>[^(\s]*)\(.*?\)(?P=delim)"|"(?:[^"\\]|\\.)*"'''
-                    r"|'(?:[^'\\]|\\.)*'|\w+|==|!=|::|.", re.S)
-
-
-def _unescape(lit: str) -> str:
-    body = lit[1:-1]
-    out, i = [], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            out.append(_ESC[body[i + 1]])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _string(tok: str) -> str:
-    """The value of a plain or raw (R"delim(...)delim") string literal."""
-    if tok.startswith('R"'):
-        delim = tok[2:tok.index("(")]
-        return tok[len(delim) + 3 : -len(delim) - 2]
-    return _unescape(tok)
-
-
-def _tokens(src: str) -> list[str]:
-    out, pos = [], 0
-    while pos < len(src):
-        m = _TOKEN.match(src, pos)
-        pos = m.end()
-        t = m.group()
-        if not (t.isspace() or t.startswith("//") or t.startswith("/*")):
-            out.append(t)
-    return out
-
-
-def _is_string(tok: str) -> bool:
-    return tok.startswith('"') or tok.startswith('R"')
+from cpp_literals import is_string, string_value, tokens, unescape
 
 
 class _Reader:
@@ -84,10 +42,10 @@ class _Reader:
                 if self.toks[i] == ",":
                     i += 1
             return items, i + 1
-        if _is_string(t) or t == "token":
+        if is_string(t) or t == "token":
             return self.string(i)
         if t.startswith("'"):
-            return ord(_unescape(t)), i + 1
+            return ord(unescape(t)), i + 1
         if t.isdigit():
             return int(t), i + 1
         if t.startswith("LLAMA_GRETYPE_"):
@@ -104,10 +62,10 @@ class _Reader:
                 assert self.toks[i + 1] == "(" and self.toks[i + 3] == ")", self.toks[i:i + 4]
                 segments.append(int(self.toks[i + 2]))
                 i += 4
-            elif _is_string(self.toks[i]):
+            elif is_string(self.toks[i]):
                 s = ""
-                while _is_string(self.toks[i]):
-                    s += _string(self.toks[i])
+                while is_string(self.toks[i]):
+                    s += string_value(self.toks[i])
                     i += 1
                 if segments and isinstance(segments[-1], str):
                     segments[-1] += s
@@ -171,7 +129,7 @@ def _grammar_name(grammar: str) -> str:
 
 
 def parser_cases(src: str) -> dict:
-    toks = _tokens(src)
+    toks = tokens(src)
     out: dict = {"parser": [], "parser_failure": []}
     seen: set = set()
     for _, body in _test_functions(_functions(toks)):
@@ -188,7 +146,7 @@ def parser_cases(src: str) -> dict:
 
 
 def integration_cases(src: str) -> dict:
-    toks = _tokens(src)
+    toks = tokens(src)
     out: dict = {"integration": [], "schema": [], "build": [], "parse": []}
     seen: set = set()
     for func, body in _test_functions(_functions(toks)):
@@ -232,7 +190,7 @@ def integration_cases(src: str) -> dict:
                         out["parse"].append(case)
                 elif cond[1:5] == [".", "symbol_ids", ".", "find"] and cond[8] == "==" and cond[-3] == "end":
                     # assert(PARSER.symbol_ids.find("X") == PARSER.symbol_ids.end())
-                    parsed[cond[0]]["absent_symbols"].append(_string(cond[6]))
+                    parsed[cond[0]]["absent_symbols"].append(string_value(cond[6]))
                 elif cond[0] != "test_build_grammar_fails":
                     raise ValueError(f"{func}: unknown assertion {' '.join(cond)}")
         assert all(case in out["parse"] for case in parsed.values()), f"{func}: a parse without assertion"

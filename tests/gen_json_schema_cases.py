@@ -13,57 +13,15 @@ Only the C++ string literals of the calls are read; no code.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
-_ESC = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
-
-# a token: blank, comment, raw or plain string literal, char literal, word, or any other single character
-_TOKEN = re.compile(r'''\s+|//[^\n]*|/\*.*?\*/|R"(?P<delim>[^(\s]*)\(.*?\)(?P=delim)"|"(?:[^"\\]|\\.)*"'''
-                    r"|'(?:[^'\\]|\\.)*'|\w+|.", re.S)
-
-
-def _unescape(lit: str) -> str:
-    body = lit[1:-1]
-    out, i = [], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            out.append(_ESC[body[i + 1]])
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _string(tok: str) -> str:
-    """The value of a plain or raw (R"delim(...)delim") string literal."""
-    if tok.startswith('R"'):
-        delim = tok[2:tok.index("(")]
-        return tok[len(delim) + 3 : -len(delim) - 2]
-    return _unescape(tok)
-
-
-def _tokens(src: str):
-    pos = 0
-    while pos < len(src):
-        m = _TOKEN.match(src, pos)
-        pos = m.end()
-        t = m.group()
-        if t.isspace() or t.startswith("//") or t.startswith("/*"):
-            continue
-        yield t
-
-
-def _is_string(tok: str) -> bool:
-    return tok.startswith('"') or tok.startswith('R"')
+from cpp_literals import is_string, string_value, tokens
 
 
 def main(llama_dir: str) -> None:
     src = (Path(llama_dir) / "tests" / "test-json-schema-to-grammar.cpp").read_text(encoding="utf-8")
-    toks = list(_tokens(src))
+    toks = list(tokens(src))
     cases = []
     for i in range(len(toks) - 2):
         # test ( { STATUS , string , string , string } )
@@ -74,10 +32,10 @@ def main(llama_dir: str) -> None:
             if toks[j] == ",":
                 j += 1
                 continue
-            if _is_string(toks[j]):
+            if is_string(toks[j]):
                 s = ""
-                while _is_string(toks[j]):  # adjacent literals concatenate
-                    s += _string(toks[j])
+                while is_string(toks[j]):  # adjacent literals concatenate
+                    s += string_value(toks[j])
                     j += 1
                 fields.append(s)
             else:
