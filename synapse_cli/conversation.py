@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernels.errors import SynapseError
-from .generate import Generation, ReversePrompts, _pick_greedy, verbose_prompt_lines
+from .generate import ContextLimit, Generation, ReversePrompts, _pick_greedy, verbose_prompt_lines
 
 
 @dataclass
@@ -101,6 +101,7 @@ class LoopParams:
     color: bool = False  # -co: the prompt in yellow, user input in bold green
     escape: bool = True
     display_prompt: bool = True
+    limit: ContextLimit = field(default_factory=ContextLimit)  # --context-shift, --keep, -gan/-gaw
 
 
 def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: LoopParams,
@@ -126,6 +127,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     if len(embd_inp) > ctx.n_ctx - 4:
         raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx - 4})")
     result.prompt_ids = list(embd_inp)
+    p.limit.resolve(embd_inp, vocab.add_bos)
     if p.verbose_prompt:
         text = prompt.encode("utf-8", "surrogateescape") if isinstance(prompt, str) else prompt
         for line in verbose_prompt_lines(tok, text, embd_inp):
@@ -167,9 +169,11 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
             if embd:
                 if len(embd) > ctx.n_ctx - 4:
                     embd = embd[: ctx.n_ctx - 4]
-                if n_past + len(embd) >= ctx.n_ctx:
-                    result.stop = "ctx"
+                stop = p.limit.make_room(ctx, len(embd), p.n_predict)
+                if stop is not None:
+                    result.stop = stop
                     break
+                n_past = ctx.n_past  # (moved back by a shift)
                 logits = ctx.decode(embd)
                 n_past += len(embd)
             embd = []

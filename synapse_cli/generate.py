@@ -55,7 +55,7 @@ class Timings:
 class Generation:
     prompt_ids: list[int]
     generated_ids: list[int] = field(default_factory=list)
-    stop: str = "limit"  # eos | limit | ctx | reverse_prompt | interrupted
+    stop: str = "limit"  # eos | limit | ctx | ctx_n_predict | reverse_prompt | interrupted
     timings: Timings = field(default_factory=Timings)
 
 
@@ -85,6 +85,67 @@ class ReversePrompts:
             if text.find(rp, start) != -1:
                 return True
         return bool(text) and self.prev[-1] in self.single_tokens
+
+
+@dataclass
+class ContextLimit:
+    """What llama-completion does before a decode that would fill the context: stop (its default), shift the
+    context (--context-shift: keep the first n_keep positions, drop half of the rest), or, with self-extend
+    (-gan > 1), group older positions by ga_n every ga_w tokens and never stop (a full cache fails the decode)."""
+    ctx_shift: bool = False
+    n_keep: int = 0  # --keep as given (-1: the whole prompt)
+    ga_n: int = 1
+    ga_w: int = 512
+    keep: int = 0  # the positions a shift keeps (resolve())
+    ga_i: int = 0  # self-extend: the positions grouped so far
+
+    def __post_init__(self):
+        if self.ga_n != 1:  # llama-completion's GGML_ASSERTs
+            if self.ga_n <= 0:
+                raise SynapseError("grp_attn_n must be positive")
+            if self.ga_w % self.ga_n:
+                raise SynapseError("grp_attn_w must be a multiple of grp_attn_n")
+
+    def resolve(self, prompt_ids: list[int], add_bos: bool) -> None:
+        """Start of a generation: n_keep against the first prompt (-1 or more than the prompt keeps it all, else
+        the BOS is kept too)."""
+        self.keep = len(prompt_ids) if self.n_keep < 0 or self.n_keep > len(prompt_ids) else self.n_keep + int(add_bos)
+        self.ga_i = 0
+
+    def make_room(self, ctx: Context, n_tokens: int, n_predict: int) -> str | None:
+        """Before decoding n_tokens at ctx.n_past: None to go on (after a shift or self-extend's grouping, which
+        move ctx.n_past back), or the stop reason: "ctx" (full, no context shift) or "ctx_n_predict" (-n -2)."""
+        if self.ga_n == 1:
+            if ctx.n_past + n_tokens < ctx.n_ctx:
+                return None
+            if not self.ctx_shift:
+                return "ctx"
+            if n_predict == -2:
+                return "ctx_n_predict"
+            n_past, n_keep = ctx.n_past, self.keep
+            n_discard = int((n_past - n_keep) / 2)  # (C division)
+            ctx.seq_rm(n_keep, n_keep + n_discard)
+            ctx.seq_add(n_keep + n_discard, n_past, -n_discard)
+            ctx.n_past = n_past - n_discard
+            return None
+        ga_n, ga_w = self.ga_n, self.ga_w
+        while ctx.n_past >= self.ga_i + ga_w:
+            n_past, ga_i = ctx.n_past, self.ga_i
+            ib = (ga_n * ga_i) // ga_w
+            bd = (ga_w // ga_n) * (ga_n - 1)
+            dd = (ga_w // ga_n) - ib * bd - ga_w
+            ctx.seq_add(ga_i, n_past, ib * bd)
+            ctx.seq_div(ga_i + ib * bd, ga_i + ib * bd + ga_w, ga_n)
+            ctx.seq_add(ga_i + ib * bd + ga_w, n_past + ib * bd, dd)
+            ctx.n_past = n_past - bd
+            self.ga_i += ga_w // ga_n
+        return None
+
+
+STOP_MESSAGES = {  # llama-completion's warnings when the context is full
+    "ctx": "context full and context shift is disabled => stopping",
+    "ctx_n_predict": "context full and n_predict == -2 => stopping",
+}
 
 
 def verbose_prompt_lines(tok, prompt: bytes, ids: list[int]) -> list[bytes]:
@@ -119,23 +180,27 @@ def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: 
 
 def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
              sampler=None, ignore_eos: bool = False, result: Generation | None = None,
-             reverse: ReversePrompts | None = None) -> Iterator[int]:
+             reverse: ReversePrompts | None = None, limit: ContextLimit | None = None) -> Iterator[int]:
     """Yield generated ids; fill `result` (stop reason, timings) as it goes.
 
     `sampler` is a `sampling.CommonSampler` (llama-completion's chain: it sees every prompt token, then picks
     and accepts each generated one) or None for greedy argmax. n_predict < 0 means no limit (until end of
     generation or a full context), as llama.cpp's -n -1. `reverse`: stop once the text ends in a reverse prompt
-    (checked after the prompt too, which may end in one: then nothing is generated).
+    (checked after the prompt too, which may end in one: then nothing is generated). `limit`: what a full context
+    does (ContextLimit; by default generation stops, as llama-completion without --context-shift).
     """
     g = result if result is not None else Generation(list(prompt_ids))
     check_prompt(ctx, prompt_ids)
     if n_predict == 0:  # llama-completion -n 0 evaluates nothing
         g.stop = "limit"
         return
+    limit = limit if limit is not None else ContextLimit()
     t0 = time.perf_counter()
     logits = None
     for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
-        logits = ctx.decode(prompt_ids[s : s + ctx.n_batch])
+        batch = prompt_ids[s : s + ctx.n_batch]
+        limit.make_room(ctx, len(batch), n_predict)  # (self-extend only: a prompt leaves 4 cells free)
+        logits = ctx.decode(batch)
     if sampler is not None:
         for t in prompt_ids:  # the prompt enters the penalties' and DRY's history
             sampler.accept(int(t))
@@ -162,7 +227,7 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
         if reverse is not None:
             reverse.prev.append(tok)
         stop = "eos" if is_eog(tok) else "reverse_prompt" if reverse is not None and reverse.found() else \
-            "limit" if 0 <= n_predict <= n_gen else "ctx" if ctx.n_past + 1 >= ctx.n_ctx else None
+            "limit" if 0 <= n_predict <= n_gen else limit.make_room(ctx, 1, n_predict)
         if stop is not None:
             g.stop = stop
         yield tok

@@ -33,9 +33,11 @@ def _add_bias(out: np.ndarray, b) -> None:
 class GraphOps:
     """Untraced: the fused computations."""
 
-    def __init__(self, ctx, T: int, pos: np.ndarray, n_used: int, n_kv: int, rope_args: tuple, temp):
+    def __init__(self, ctx, T: int, pos: np.ndarray, cells: np.ndarray, n_used: int, n_kv: int, kv_pos: np.ndarray,
+                 rope_args: tuple, temp):
         self.ctx, self.hp, self.T = ctx, ctx.hp, T
-        self.pos, self.n_used, self.n_kv = pos, n_used, n_kv  # (T,) positions; cells used; cells attended
+        self.pos, self.cells = pos, cells  # (T,) positions; (T,) the cache cells they are stored in
+        self.n_used, self.n_kv, self.kv_pos = n_used, n_kv, kv_pos  # cells used; cells attended; (n_kv,) positions
         self.rope_args = rope_args
         self.temp = temp  # (T,) mistral3's attention temperature, or None
         self.order = ctx.order  # the products' rows: llama.cpp's single-token or batched orders (kernels/order.py)
@@ -46,12 +48,12 @@ class GraphOps:
         F16 cache of flash attention on the one-row kernel, the single-token products, no attention temperature
         and no rotated cache (those run op by op), once compiled (Context.one_call_blocks); else None."""
         ctx, hp = self.ctx, self.hp
-        if (not ctx.one_call_blocks or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
+        if (not ctx.one_call_blocks or ctx.cells is not None or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
                 or ctx.rot_k or ctx.rot_v or self.temp is not None or self.order is Order.BATCHED
                 or hp.n_embd_head % 64 or fa_path(1, self.n_kv, self.order) != PATH_ONE_ROW):
             return None
         n_threads = work_chunks()
-        return (self.rope_args, self.pos, self.n_kv, ctx._kv_positions(self.n_used, self.n_kv),
+        return (self.rope_args, self.pos, self.n_kv, self.kv_pos,
                 np.float32(hp.kq_scale), head_parts(1, hp.n_head_kv, hp.n_head // hp.n_head_kv, n_threads), n_threads)
 
     # --- a whole block
@@ -124,7 +126,8 @@ class GraphOps:
         quantized V cache)."""
         from kernels.kv_cache import fwht_rows
 
-        self.ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.n_used, self.n_kv, kqv_out)
+        self.ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.cells, self.n_used, self.n_kv, self.kv_pos,
+                                  kqv_out)
         if self.ctx.rot_v:  # llama_mul_mat_hadamard after build_attn_mha
             fwht_rows(kqv_out, self.ctx.rot_v)
 
@@ -232,7 +235,8 @@ class TracedGraphOps(GraphOps):
         ctx, g = self.ctx, self.g
         if not ctx.flash_attn:  # llama.cpp prints the V cache's RESHAPE node before SET_ROWS writes
             g.v_cache_before = ctx.cache_views(il, self.n_kv)[1].copy()
-        ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.n_used, self.n_kv, kqv_out, self.kq, self.kq_sm)
+        ctx.store_and_attend(il, q_r, k_r, v3, self.pos, self.cells, self.n_used, self.n_kv, self.kv_pos, kqv_out,
+                             self.kq, self.kq_sm)
         ctx.trace_attention(g, il, k_r, v3, q_r, self.temp, self.n_kv, self.kq, self.kq_sm, kqv_out)
         self.kqv_name = f"kqv_out-{il}"
         if ctx.rot_v:

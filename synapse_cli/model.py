@@ -31,6 +31,7 @@ from kernels.errors import ModelError
 from kernels.quants.base import empty_aligned
 from kernels.gguf import GGUFReader, TensorInfo
 from .hparams import HParams, RopeParams, attn_temp_scale, load_hparams, with_rope
+from .kv_cells import KVCells
 
 # hook(name, op, value, srcs, ggml_type): see synapse_cli/evalcb/
 TraceHook = Callable[[str, str, np.ndarray, list, str], None]
@@ -357,7 +358,9 @@ class Context:
             else:
                 self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
                 self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
-        self.n_past = 0  # cells 0..n_past-1 hold positions 0..n_past-1
+        self.n_past = 0  # the next position; cells 0..n_past-1 hold positions 0..n_past-1 while cells is None
+        # llama.cpp's cell placement once a context shift or self-extend moved positions (kv_cells.KVCells)
+        self.cells: KVCells | None = None
         self._layer_list = None  # layer_list(): made on first use (False: not possible)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
@@ -382,18 +385,80 @@ class Context:
         return self._layer_list if self._layer_list is not False else None
 
     def save_state(self):
-        """A copy of everything decode() changes (the KV cache and the position), for load_state()."""
-        return ([k.copy() for k in self.k_cache], [v.copy() for v in self.v_cache], self.n_past)
+        """A copy of everything decode() changes (the KV cache, the cells and the position), for load_state()."""
+        return ([k.copy() for k in self.k_cache], [v.copy() for v in self.v_cache], self.n_past,
+                None if self.cells is None else self.cells.copy())
 
     def load_state(self, state) -> None:
-        ks, vs, n_past = state
+        ks, vs, n_past, cells = state
         for dst, src in zip(self.k_cache + self.v_cache, ks + vs):
             dst[...] = src
         self.n_past = n_past
+        self.cells = None if cells is None else cells.copy()
+
+    # --- llama_memory_seq_* of the one sequence: a context shift and self-extend move positions
+
+    def _moved_cells(self) -> KVCells:
+        if self.cells is None:
+            self.cells = KVCells(self.n_ctx, self.n_past)
+        return self.cells
+
+    def seq_rm(self, p0: int, p1: int) -> None:
+        """llama_memory_seq_rm(mem, 0, p0, p1): empty the cells of positions [p0, p1) (p1 < 0: to the end). The
+        caller sets n_past, the position of the next token (llama.cpp's batch positions are the caller's)."""
+        self._moved_cells().seq_rm(p0, p1)
+
+    def seq_add(self, p0: int, p1: int, delta: int) -> None:
+        """llama_memory_seq_add: positions [p0, p1) move by delta; their K is rotated at the next decode."""
+        self._moved_cells().seq_add(p0, p1, delta)
+
+    def seq_div(self, p0: int, p1: int, d: int) -> None:
+        """llama_memory_seq_div: positions [p0, p1) are divided by d (self-extend)."""
+        self._moved_cells().seq_div(p0, p1, d)
+
+    def apply_k_shift(self) -> None:
+        """llama_kv_cache::update's K-shift graph: every cell's K (all n_ctx of them, moved or not, as llama.cpp's
+        view) goes through ROPE by its pending shift, with the context's rope parameters; F16 rounded back (ggml's
+        F16 rope), a quantized cache dequantized, rotated back by the Hadamard matrix, roped, rotated again and
+        quantized (build_rope_shift)."""
+        from kernels.kv_cache import KV_TYPES, QUANTIZED, fwht_rows, store, to_f32
+        from kernels.rope import rope
+
+        cells, hp = self.cells, self.hp
+        if self.cache_type == "bf16":
+            raise ModelError("the context shift needs an F16, F32 or quantized K cache: llama.cpp's ROPE has no "
+                             "BF16 kernel")
+        rope_args = self._rope_args()
+        shape = (self.n_ctx, hp.n_head_kv, hp.n_embd_head)
+        code = KV_TYPES[self.cache_type][0]
+        every = np.arange(self.n_ctx, dtype=np.int32)
+        for k in self.k_cache:
+            if self.cache_type in QUANTIZED:
+                x = np.empty(shape, np.float32)
+                to_f32(code, k, self.n_ctx, x)
+                if self.rot_k:
+                    fwht_rows(x, self.rot_k)
+            else:
+                x = k.view(np.float16).astype(np.float32) if k.dtype == np.uint16 else k.copy()
+            out = np.empty(shape, np.float32)
+            rope(x, cells.shift, out, *rope_args)
+            if self.cache_type in QUANTIZED:
+                if self.rot_k:
+                    fwht_rows(out, self.rot_k)
+                store(code, k, out, every)
+            elif k.dtype == np.uint16:
+                k[...] = out.astype(np.float16).view(np.uint16)
+            else:
+                k[...] = out
+        cells.reset_shift()
 
     def truncate(self, n: int) -> None:
         """Forget the positions from n on (llama_memory_seq_rm(seq, n, -1)); their cells are zeroed as llama.cpp's
         buffer clear does (only cells below n_past were written: the rest are still zero, and untouched pages)."""
+        if self.cells is not None:  # (moved cells: only emptied, as llama.cpp's seq_rm)
+            self.cells.seq_rm(n, -1)
+            self.n_past = min(self.n_past, n)
+            return
         n_past = self.n_past
         if n >= n_past:
             return
@@ -407,6 +472,10 @@ class Context:
 
     def reset(self) -> None:
         """Forget the sequence (llama_memory_clear)."""
+        if self.cells is not None:
+            for a in self.k_cache + self.v_cache:
+                a[...] = 0
+            self.cells, self.n_past = None, 0
         self.truncate(0)
 
     # --- llama_decode -------------------------------------------------------------------------
@@ -431,7 +500,7 @@ class Context:
             return out[: len(logits)] if logits.ndim == 2 else out[0]
         if n > self.n_batch:
             raise ModelError(f"decode: batch of {n} tokens exceeds n_batch {self.n_batch}")
-        if self.n_past + n > self.n_ctx:
+        if self.cells is None and self.n_past + n > self.n_ctx:
             raise ModelError(f"context is full: {self.n_past} + {n} tokens > n_ctx {self.n_ctx}")
         if tokens.min() < 0 or tokens.max() >= self.hp.n_vocab:
             bad = int(tokens[(tokens < 0) | (tokens >= self.hp.n_vocab)][0])
@@ -475,25 +544,43 @@ class Context:
     def _graph_ops(self, T: int, trace: TraceHook | None):
         """The operations of one graph evaluation of T tokens at positions n_past.. (traced with a hook)."""
         from kernels.attention import n_kv_padded
-        from kernels.rope import rope_yarn_corr_dims
 
         from .graph_ops import GraphOps, TracedGraphOps
 
-        m, hp = self.model, self.hp
-        pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence: cell i = position i
-        n_used = self.n_past + T
-        n_kv = n_kv_padded(n_used, self.n_ctx)  # attended cells, as llama_kv_cache::get_n_kv
-        corr_dims = rope_yarn_corr_dims(hp.n_rot, hp.n_ctx_orig_yarn, hp.rope_freq_base,
-                                        hp.yarn_beta_fast, hp.yarn_beta_slow)
-        rope_args = (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
-                     hp.yarn_attn_factor, corr_dims, m.rope_freqs)
+        hp = self.hp
+        pos = np.arange(self.n_past, self.n_past + T, dtype=np.int32)  # (T,) one sequence
+        if self.cells is None:  # cell i = position i
+            cells, n_used = pos, self.n_past + T
+            n_kv = n_kv_padded(n_used, self.n_ctx)  # attended cells, as llama_kv_cache::get_n_kv
+            kv_pos = self._kv_positions(n_used, n_kv)
+        else:  # llama.cpp's placement: a pending K-shift first, then the cells its slot search picks
+            if self.cells.has_shift:
+                self.apply_k_shift()
+            cells = self.cells.find_slot(T)
+            if cells is None:
+                raise ModelError(f"decode: no room for {T} tokens in the KV cache")
+            self.cells.apply(cells, pos)
+            n_used = self.cells.used_max_p1()
+            n_kv = n_kv_padded(n_used, self.n_ctx)
+            kv_pos = self.cells.pos[:n_kv].copy()
+        rope_args = self._rope_args()
         temp = attn_temp_scale(hp, pos) if hp.f_attn_temp_scale != 0.0 else None  # (T,) mistral3
-        args = (self, T, pos, n_used, n_kv, rope_args, temp)
+        args = (self, T, pos, cells, n_used, n_kv, kv_pos, rope_args, temp)
         if trace is None:
             return GraphOps(*args)
         from .graph_trace import GraphTrace
 
         return TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
+
+    def _rope_args(self) -> tuple:
+        """The trailing arguments of kernels/rope.py's rope for this context (ROPE's parameters)."""
+        from kernels.rope import rope_yarn_corr_dims
+
+        hp = self.hp
+        corr_dims = rope_yarn_corr_dims(hp.n_rot, hp.n_ctx_orig_yarn, hp.rope_freq_base,
+                                        hp.yarn_beta_fast, hp.yarn_beta_slow)
+        return (hp.n_rot, hp.rope_neox, hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor,
+                hp.yarn_attn_factor, corr_dims, self.model.rope_freqs)
 
     def warm_steps(self) -> list[tuple[str, Callable[[], None]]]:
         """A one-token graph cut into its operations (GraphOps method name, call), layer by layer in graph
@@ -603,8 +690,10 @@ class Context:
         ops.logits(out_norm, logits)
         return logits if want != "none" else None
 
-    def store_and_attend(self, il: int, q_r, k_r, v3, pos, n_used: int, n_kv: int, kqv_out, kq=None, kq_sm=None):
-        """Write K/V (T, Hkv, D) at the batch's cells and attend over the first n_kv cells: kqv_out (T, H*D).
+    def store_and_attend(self, il: int, q_r, k_r, v3, pos, cells, n_used: int, n_kv: int, kv_pos, kqv_out, kq=None,
+                         kq_sm=None):
+        """Write K/V (T, Hkv, D) at the batch's cells (T,) and attend over the first n_kv cells, of positions kv_pos
+        (n_kv,) (-1: empty; n_used: the cells up to the last used one): kqv_out (T, H*D).
         Flash attention (kernels/flash_attn.py) or the soft-max graph (kernels/attention.py; kq, kq_sm
         (H, T, n_kv) receive its intermediate tensors when given)."""
         from kernels import kv_cache
@@ -614,29 +703,28 @@ class Context:
 
         hp = self.hp
         if self.flash_attn:
-            kv_pos = self._kv_positions(n_used, n_kv)
-            kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, pos)
-            kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, pos)
+            kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], self.k_cache[il], k_r, cells)
+            kv_cache.store(kv_cache.KV_TYPES[self.cache_type_v][0], self.v_cache[il], v3, cells)
             if self._fa_plain:
                 k16, v16 = self._fa_operands(il, n_kv)
                 flash_attn_ext(q_r, k16, v16, n_kv, kv_pos, pos, hp.kq_scale, kqv_out, self.order, work_chunks())
             else:
                 flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
         else:
-            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, pos)
+            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, cells)
             if self.order == Order.BATCHED and q_r.shape[0] == 1:
                 # the batched kernels (from 2 rows) for a lone row: computed beside a copy of itself
                 q_r, pos = np.concatenate([q_r, q_r]), np.concatenate([pos, pos])
                 out2 = np.empty((2, kqv_out.shape[1]), np.float32)
                 kq2, sm2 = (None if a is None else np.empty((a.shape[0], 2, a.shape[2]), np.float32) for a in (kq, kq_sm))
-                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, kv_pos, pos,
                           hp.kq_scale, out2, kq2, sm2, True)
                 kqv_out[:] = out2[:1]
                 for a, a2 in ((kq, kq2), (kq_sm, sm2)):
                     if a is not None:
                         a[:] = a2[:, :1]
                 return
-            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, self.cell_pos[:n_kv], pos,
+            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, kv_pos, pos,
                       hp.kq_scale, kqv_out, kq, kq_sm, self.order != Order.SINGLE)
 
     def _kv_positions(self, n_used: int, n_kv: int) -> np.ndarray:

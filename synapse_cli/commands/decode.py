@@ -59,7 +59,9 @@ def default_threads() -> int:
               help="Read the prompt from a file (one trailing newline stripped; with -p, the last one given counts).")
 @click.option("-bf", "--binary-file", default=None, callback=note_prompt_source,
               help="Read the prompt from a file as it is (no trailing newline stripped).")
-@click.option("-n", "--n-predict", default=-1, show_default=True, help="Tokens to generate; -1 = until end of generation or full context.")
+@click.option("-n", "--predict", "--n-predict", "n_predict", default=-1, show_default=True,
+              help="Tokens to generate; -1 = until end of generation (or a full context), -2 = until the context "
+                   "is full.")
 @click.option("-c", "--ctx-size", default=0, show_default=True, help="Context size; 0 = the model's training context.")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
 @click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
@@ -68,7 +70,16 @@ def default_threads() -> int:
 @sampling_options
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens (logit bias -inf).")
 @click.option("-e", "--escape/--no-escape", default=True, show_default=True, help="Process escape sequences in -p.")
-@click.option("--no-display-prompt", is_flag=True, help="Do not echo the prompt.")
+@click.option("--display-prompt/--no-display-prompt", default=True, show_default=True, help="Echo the prompt.")
+@click.option("--context-shift/--no-context-shift", default=False, show_default=True,
+              help="When the context is full, drop half of the positions after the first --keep and go on (as "
+                   "llama-completion, whose default is to stop).")
+@click.option("--keep", "n_keep", default=0, show_default=True, metavar="N",
+              help="Tokens of the prompt a context shift keeps (-1: all of it; a BOS is always kept).")
+@click.option("-gan", "--grp-attn-n", "ga_n", default=1, show_default=True, metavar="N",
+              help="Self-extend: group-attention factor (1: off).")
+@click.option("-gaw", "--grp-attn-w", "ga_w", default=512, show_default=True, metavar="N",
+              help="Self-extend: group-attention width.")
 @click.option("-r", "--reverse-prompt", "reverse_prompts", multiple=True, metavar="PROMPT",
               help="Stop generating at PROMPT (repeatable); in interactive mode, return control to the user.")
 @click.option("-sp", "--special", is_flag=True, help="Print special tokens' text (e.g. end-of-turn markers).")
@@ -112,7 +123,8 @@ def default_threads() -> int:
                    "formatter for the detected template (llama-completion's default).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
-            cache_type_k, cache_type_v, ignore_eos, escape, no_display_prompt, reverse_prompts, special, color,
+            cache_type_k, cache_type_v, ignore_eos, escape, display_prompt, context_shift, n_keep, ga_n, ga_w,
+            reverse_prompts, special, color,
             verbose_prompt,
             interactive,
             interactive_first, in_prefix, in_suffix, in_prefix_bos, multiline_input, llama_batch_order, flash_attn,
@@ -124,6 +136,9 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     (llama-completion samples at --temp 0.8 with a random seed; give any sampling flag and all of its defaults
     apply), and it completes raw text unless -cnv is given (llama-completion starts a chat by itself when the
     model has a chat template)."""
+    from ..generate import STOP_MESSAGES, ContextLimit
+
+    limit = ContextLimit(ctx_shift=context_shift, n_keep=n_keep, ga_n=ga_n, ga_w=ga_w)
     grammar = None
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
@@ -208,12 +223,13 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
         loop = LoopParams(n_predict=n_predict, interactive=interactive, interactive_first=interactive_first,
                           single_turn=single_turn, reverse_prompts=reverse_prompts, input_prefix=flag_text(in_prefix),
                           input_suffix=flag_text(in_suffix), input_prefix_bos=in_prefix_bos, multiline_input=multiline_input,
-                          special=special, escape=escape, display_prompt=not no_display_prompt,
-                          verbose_prompt=verbose_prompt, color=color and not json_output)
+                          special=special, escape=escape, display_prompt=display_prompt,
+                          verbose_prompt=verbose_prompt, color=color and not json_output, limit=limit)
         chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation else None
         return _interactive(sess, text, chat, loop, sampler, json_output)
     prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
+    limit.resolve(prompt_ids, tok.vocab.add_bos)
     if verbose_prompt:
         from ..generate import verbose_prompt_lines
 
@@ -229,7 +245,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
 
     console = Console(out.write, color and not json_output)
     console.set_display("prompt")
-    if not json_output and not no_display_prompt and n_predict != 0:  # -n 0: llama-completion runs no loop
+    if not json_output and display_prompt and n_predict != 0:  # -n 0: llama-completion runs no loop
         shown = b"".join(tok.token_to_piece(i, special=special) for i in prompt_ids)
         out.write(shown)
         out.flush()
@@ -238,7 +254,8 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     gen_bytes = bytearray()
     try:
         reverse = ReversePrompts(tok, reverse_prompts, interactive=False) if reverse_prompts else None
-        for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result, reverse):
+        for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result, reverse,
+                          limit):
             if tok.vocab.is_eog(t) and not ignore_eos and not special:  # (its piece: empty unless -sp)
                 break
             piece = tok.token_to_piece(t, special=special)
@@ -255,8 +272,8 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
         console.set_display("reset")  # (console::cleanup at exit: after -n 0, the prompt's color is still on)
         out.flush()
         err = sys.stderr
-        if result.stop == "ctx":
-            print("\n\nllama_completion: context full and context shift is disabled => stopping", file=err)
+        if result.stop in STOP_MESSAGES:
+            print(f"\n\nllama_completion: {STOP_MESSAGES[result.stop]}", file=err)
         print("", file=err)
         for line in result.timings.perf_lines():
             print(line, file=err)
@@ -281,6 +298,7 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
     prompt, --chat-template, --chat-template-file, --jinja) in conversation mode, None for a raw prompt."""
     from ..chat import ChatSession, ChatTemplates
     from ..conversation import ConversationResult, converse
+    from ..generate import STOP_MESSAGES
     from ..text import process_escapes
 
     tok = sess.tokenizer
@@ -325,8 +343,8 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
                                "params": sampler.params.as_dict()}
         print(json.dumps(obj, ensure_ascii=False))
     else:
-        if result.stop == "ctx":
-            print("\n\nllama_completion: context full and context shift is disabled => stopping", file=sys.stderr)
+        if result.stop in STOP_MESSAGES:
+            print(f"\n\nllama_completion: {STOP_MESSAGES[result.stop]}", file=sys.stderr)
         if result.stop == "interrupted":
             print("\nInterrupted by user", file=sys.stderr)
     if result.stop == "interrupted":

@@ -293,6 +293,8 @@ IGNORED = {
     ("--offline",): (False, "synapse never downloads"),
     ("--check-tensors",): (False, "tensor data is not scanned for invalid values"),
     ("-ptc", "--print-token-count"): (True, "llama.cpp prints the count in its debug log only"),
+    ("--perf",): (False, "synapse always prints its own timings on stderr"),
+    ("--no-perf",): (False, "synapse always prints its own timings on stderr"),
 }
 
 # llama.cpp options synapse does not have (yet): refused by name instead of being misread (click would read
@@ -305,7 +307,7 @@ UNSUPPORTED = {
     "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--mirostat", "--samplers", "-l",
     "--logit-bias", "-np", "--parallel", "-cb", "--cont-batching", "-nkvo", "--no-kv-offload", "-ot",
     "--override-tensor", "-cmoe", "-ncmoe", "--lora", "--control-vector", "-md", "--model-draft", "-hf", "-hfr",
-    "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "--color", "-co",
+    "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "-gan", "-gaw", "--color", "-co",
     "--in-prefix", "--in-suffix", "--override-kv", "--numa", "-C", "-Cr", "--cpu-mask", "--prio", "--poll",
     "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--context-shift", "--spm-infill",
 }

@@ -5,7 +5,8 @@
 STDIN is the text piped to llama-completion (may be empty; escapes such as \n processed); ARGS are all its arguments.
 Run from tests/reference. stdout is stored as text, bytes that are no UTF-8 as surrogate escapes (read it back with
 .encode("utf-8", "surrogateescape")). With STDERR_FROM=<text>, the stderr lines from the first one holding <text> up
-to the next empty line are kept too ("stderr_lines", without llama.cpp's log timestamps).
+to the next empty line are kept too ("stderr_lines", without llama.cpp's log timestamps); STDERR_LINES=<n> keeps at
+most n of them.
 """
 
 import json
@@ -25,7 +26,7 @@ if os.environ.get("STDERR_FROM"):
     lines = [re.sub(r"^\d+\.\d+\.\d+\.\d+ [IWE] ", "", line)
              for line in p.stderr.decode("utf-8", "surrogateescape").split("\n")]
     start = next(i for i, line in enumerate(lines) if os.environ["STDERR_FROM"] in line)
-    rec["stderr_lines"] = lines[start:lines.index("", start)]
+    rec["stderr_lines"] = lines[start:lines.index("", start)][:int(os.environ.get("STDERR_LINES", 1 << 30))]
 with open(out, "w") as f:
     json.dump(rec, f, indent=1)
     f.write("\n")
