@@ -117,6 +117,14 @@ def test_cli_diff_live_prompt_from_file(tmp_path):
                                  str(log)])
     assert r.exit_code == 2
     assert r.stderr.count("\n") == 1 and "missing.txt" in r.stderr
+    # -bf: the file as it is; its trailing newline is one more token, so the same log no longer lines up
+    r = CliRunner().invoke(cli, ["eval-callback", "diff", "-m", str(model), "-bf", str(prompt), "-t", "2", "-fa", "off",
+                                 str(log)])
+    assert r.exit_code == 1 and "FIRST DIVERGENCE; shape {256, 8, 1, 1} vs {256, 7, 1, 1}" in r.output, r.output
+    prompt.write_text("Hello world, the quick brown fox")
+    r = CliRunner().invoke(cli, ["eval-callback", "diff", "-m", str(model), "-bf", str(prompt), "-t", "2", "-fa", "off",
+                                 str(log)])
+    assert r.exit_code == 0 and "no divergence" in r.output, r.output
 
 
 @pytest.mark.real

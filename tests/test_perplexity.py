@@ -330,3 +330,26 @@ def test_escapes_are_processed_only_with_e(tmp_path):
         return re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0)
 
     assert ppl(a) == ppl(doubled, "-e") != ppl(a, "-e")
+
+
+def test_prompt_file_and_binary_file_give_the_same_text(tmp_path):
+    """The text from -p, from -f (one trailing newline stripped) and from -bf (as it is) scores the same; of several
+    given, the last one counts (common_params_parse sets params.prompt in turn); none given is one error line."""
+    text = "The quick brown fox jumps over the lazy dog. Licensed under the Apache License, Version 2.0. " * 12
+    f, b, other = tmp_path / "f.txt", tmp_path / "b.txt", tmp_path / "other.txt"
+    f.write_text(text + "\n")
+    b.write_text(text)
+    other.write_text("A different text, about something else entirely: cats, kettles and trains. " * 12)
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
+
+    def ppl(*given):
+        r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "32", "--chunks", "2", *given])
+        assert r.exit_code == 0, r.output
+        return re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0)
+
+    want = ppl("-f", str(f))
+    assert ppl("-p", text) == ppl("-bf", str(b)) == want != ppl("-f", str(other))
+    assert ppl("-f", str(other), "-p", text) == ppl("-bf", str(other), "-f", str(f)) == want
+    assert ppl("-p", text, "-f", str(other)) != want
+    r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "32"])
+    assert r.exit_code == 1 and r.stderr.strip().splitlines()[-1].startswith("Error: give the text with")

@@ -18,7 +18,7 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, note_prompt_source, prompt_file_last, prompt_source, resolve_flash_attn,
+                          load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
                           rope_options, rope_params, kv_override_option, kv_overrides, color_option)
 from .sampling_options import grammar_text, sampling_given, sampling_options, sampling_params
 
@@ -160,21 +160,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     check_cache_types(cache_type_k, cache_type_v, resolve_flash_attn(flash_attn), None)  # before loading
     if not os.path.exists(model_path):
         raise SynapseError(f"failed to load model '{model_path}': file not found")
-    from ..text import read_prompt
-
-    text = read_prompt(prompt, prompt_file, escape, prompt_file_last())
-    if binary_file is not None:  # read when given (an unreadable file is an error), counts when given last
-        try:
-            with open(binary_file, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            raise SynapseError(f"failed to open file '{binary_file}'") from None
-        click.echo(f"Read {len(data)} bytes from binary file {binary_file}", err=True)
-        if prompt_source() == "binary_file":
-            from ..text import process_escapes_bytes
-
-            text = process_escapes_bytes(data) if escape else data
-    text = text or b""
+    text = given_prompt(prompt, prompt_file, binary_file, escape) or b""
     if conversation:
         if chat_template and chat_template_file:
             raise SynapseError("--chat-template and --chat-template-file are exclusive; give one")

@@ -21,9 +21,8 @@ import click
 
 from .. import evalcb
 from kernels.errors import SynapseError
-from ..text import read_prompt
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, prompt_file_last, resolve_flash_attn, rope_options, rope_params,
+                          note_prompt_source, given_prompt, resolve_flash_attn, rope_options, rope_params,
                           kv_override_option, kv_overrides)
 
 
@@ -93,6 +92,8 @@ def _check_complete(a, b, label_a: str, label_b: str) -> None:
 @click.option("-p", "--prompt", callback=note_prompt_source, help="Prompt, decoded as one batch.")
 @click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
               help="Read the prompt from a file (one trailing newline stripped; with -p, the last one given counts).")
+@click.option("-bf", "--binary-file", default=None, callback=note_prompt_source,
+              help="Read the prompt from a file as it is (no trailing newline stripped).")
 @_run_options
 @click.option("--tensor-filter", "tensor_filter", multiple=True, metavar="REGEX",
               help="Print only tensors whose name matches REGEX at its start (repeatable, like llama-debug).")
@@ -102,7 +103,7 @@ def _check_complete(a, b, label_a: str, label_b: str) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per tensor and line: name, op, type, shape (ne), srcs, sum, first, last, values.")
 @click.pass_context
-def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
+def command(ctx, model, prompt, prompt_file, binary_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
             n_predict, temp, flash_attn, escape, tensor_filter, no_values, dump_dir, as_json):
     """Print every tensor of the prompt's forward pass in llama-eval-callback's format.
 
@@ -114,7 +115,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
         return
     if model is None:
         raise click.UsageError("missing -m/--model (or use the 'diff' subcommand)")
-    prompt = read_prompt(prompt, prompt_file, escape, prompt_file_last())
+    prompt = given_prompt(prompt, prompt_file, binary_file, escape)
     if prompt is None:
         raise click.UsageError("missing -p/--prompt")
     try:
@@ -145,6 +146,8 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
 @click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
               help="Read the live run's prompt from a file (one trailing newline stripped; with -p, the last one "
                    "given counts).")
+@click.option("-bf", "--binary-file", default=None, callback=note_prompt_source,
+              help="Read the live run's prompt from a file as it is (no trailing newline stripped).")
 @_run_options
 @click.option("--tolerance", type=click.FloatRange(min=0.0), default=1e-4, show_default=True,
               help="Largest relative sum difference counted as equal.")
@@ -153,7 +156,7 @@ def command(ctx, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, c
                    "value) or pair every k-th occurrence.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
-def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
+def diff(ctx, traces, model, prompt, prompt_file, binary_file, threads, ctx_size, batch, ubatch, cache_type_k, cache_type_v,
          n_predict, temp, flash_attn, escape, tolerance, occurrence, as_json):
     """Compare two eval-callback traces tensor by tensor (sums, and printed values).
 
@@ -170,8 +173,8 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
     Exit code: 0 all compared tensors within tolerance, 1 otherwise, 2 unreadable input.
     """
     if model is not None:
-        if prompt is None and prompt_file is None:
-            raise click.UsageError("--model needs --prompt or --file")
+        if prompt is None and prompt_file is None and binary_file is None:
+            raise click.UsageError("--model needs --prompt, --file or --binary-file")
         if len(traces) != 1:
             raise click.UsageError("with --model give exactly one trace (the llama.cpp log to compare with)")
     else:
@@ -183,7 +186,7 @@ def diff(ctx, traces, model, prompt, prompt_file, threads, ctx_size, batch, ubat
         if model is not None:
             b = evalcb.load_trace(traces[0])
             recorder = evalcb.TraceRecorder()
-            _live_trace(model, read_prompt(prompt, prompt_file, escape, prompt_file_last()), threads, ctx_size, batch, ubatch,
+            _live_trace(model, given_prompt(prompt, prompt_file, binary_file, escape), threads, ctx_size, batch, ubatch,
                         cache_type_k, cache_type_v, recorder, flash_attn)
             a = recorder.records
             label_a, label_b = f"synapse {model.name}", str(traces[0])

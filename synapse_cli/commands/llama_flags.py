@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from kernels.errors import SynapseError
+
 
 # -fa's and -co's spellings as common/arg.cpp takes them (is_truthy / is_falsey / is_autoy, case-sensitive)
 FLASH_ATTN_VALUES = {"on": "on", "enabled": "on", "true": "on", "1": "on",
@@ -46,6 +48,25 @@ def note_prompt_source(ctx, param, value):
 def prompt_source() -> str | None:
     """The parameter name of the prompt flag given last (prompt, prompt_file, binary_file), or None."""
     return click.get_current_context().meta.get("synapse.prompt_source")
+
+
+def given_prompt(prompt: str | None, prompt_file: str | None, binary_file: str | None, escape: bool) -> bytes | None:
+    """params.prompt as common_params_parse leaves it: -p (as given), -f (one trailing newline stripped) and -bf (the
+    file's bytes as they are) each set it, so the one given last counts (every file given is read: an unreadable one
+    is an error); then escapes, when on. None when none is given."""
+    from ..text import process_escapes_bytes, read_prompt
+
+    text = read_prompt(prompt, prompt_file, escape, prompt_file_last())
+    if binary_file is not None:
+        try:
+            with open(binary_file, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            raise SynapseError(f"failed to open file '{binary_file}'") from None
+        click.echo(f"Read {len(data)} bytes from binary file {binary_file}", err=True)
+        if text is None or prompt_source() == "binary_file":
+            text = process_escapes_bytes(data) if escape else data
+    return text
 
 
 def prompt_file_last() -> bool:

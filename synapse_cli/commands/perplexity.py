@@ -17,7 +17,7 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, prompt_source,
+                          note_prompt_source, given_prompt,
                           load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
                           kv_overrides)
 
@@ -60,8 +60,10 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 
 @click.command("perplexity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(dir_okay=False), help="GGUF model file.")
-@click.option("-f", "--file", "text_file", default=None, callback=note_prompt_source,
+@click.option("-f", "--file", "prompt_file", default=None, callback=note_prompt_source,
               help="Text to score (one trailing newline stripped; escapes processed only with -e).")
+@click.option("-p", "--prompt", default=None, callback=note_prompt_source,
+              help="Text to score, given on the command line (of -p, -f and -bf, the one given last counts).")
 @click.option("-c", "--ctx-size", default=512, show_default=True,
               help="Tokens per chunk (llama-perplexity's default: 512; it must be > 0).")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size.")
@@ -79,7 +81,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute batches in llama.cpp's batch orders (as decode): the logits, and so the perplexity, "
                    "are then llama-perplexity's.")
-@click.option("--kl-divergence-base", "kld_base", default=None, metavar="FILE",
+@click.option("--kl-divergence-base", "--save-all-logits", "kld_base", default=None, metavar="FILE",
               help="Save the log-probabilities of every scored position to FILE (llama-perplexity's format), or, "
                    "with --kl-divergence, read them as the base model's.")
 @click.option("--kl-divergence", "kld", is_flag=True,
@@ -110,14 +112,12 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("-bf", "--binary-file", default=None, metavar="FNAME", callback=note_prompt_source,
               help="Read the text or tasks from a file as it is (no trailing newline stripped).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object: every chunk's value and the summary.")
-def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k, cache_type_v,
-            flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, hellaswag,
+def command(model_path, prompt_file, prompt, ctx_size, batch_size, ubatch_size, n_chunks, threads, cache_type_k,
+            cache_type_v, flash_attn, load_mode, escape, llama_batch_order, kld_base, kld, stride, output_type, hellaswag,
             hellaswag_tasks, winogrande, winogrande_tasks, multiple_choice, multiple_choice_tasks, n_parallel,
             binary_file, json_output):
     """Perplexity of a model over a text, as llama-perplexity computes and prints it."""
     load_mode = announce_load_mode(load_mode)
-    from ..text import read_prompt
-
     if ctx_size <= 0:
         raise SynapseError("perplexity tool requires '--ctx-size' > 0")
     for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
@@ -131,25 +131,13 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         if not json_output:
             print(f"Will perform strided perplexity calculation -> adjusting context size from {geo.ctx_from} to "
                   f"{geo.ctx_to}", file=sys.stderr)
-    if binary_file is not None:  # (the text as it is; -f, given too, is read but the last one given counts)
-        try:
-            with open(binary_file, "rb") as fh:
-                raw = fh.read()
-        except OSError:
-            raise SynapseError(f"failed to open file '{binary_file}'") from None
-        print(f"Read {len(raw)} bytes from binary file {binary_file}", file=sys.stderr)
-        if text_file is None or prompt_source() == "binary_file":  # (both: the one given last counts)
-            text_file = None
-    if hellaswag or winogrande or multiple_choice:
-        if text_file is None and binary_file is None:
-            raise SynapseError("give the tasks with -f/--file or -bf/--binary-file")
+    text = given_prompt(prompt, prompt_file, binary_file, escape)  # (escapes only with -e here)
+    if text is None and not (kld and not (hellaswag or winogrande or multiple_choice)):  # (KL: the tokens are in the file)
+        raise SynapseError("give the " + ("tasks" if hellaswag or winogrande or multiple_choice else "text")
+                           + " with -f/--file, -bf/--binary-file or -p/--prompt")
 
     def task_text() -> bytes:
-        if text_file is None:
-            from ..text import process_escapes_bytes
-
-            return process_escapes_bytes(raw) if escape else raw
-        return read_prompt(None, text_file, escape)
+        return text
 
     n_par = max(4, n_parallel)  # main(): the task scores run n_parallel = max(4, -np) sequences of -c cells
     if multiple_choice and not (hellaswag or winogrande):  # (llama-perplexity: --hellaswag, then --winogrande win)
@@ -168,9 +156,6 @@ def command(model_path, text_file, ctx_size, batch_size, ubatch_size, n_chunks, 
         return _kl_divergence(model_path, kld_base, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                               cache_type_v, flash_attn, llama_batch_order, json_output,
                               n_cells=None if geo is None else max(ctx_size, geo.n_ctx_seq), load_mode=load_mode)
-    if text_file is None:
-        raise SynapseError("give the text with -f/--file")
-    text = read_prompt(None, text_file, escape)
     if geo is not None:
         if kld_base is not None:  # perplexity_v2 never opens the logits file
             print(f"note: --kl-divergence-base is ignored with --ppl-stride (llama-perplexity writes no {kld_base} "
