@@ -48,7 +48,7 @@ class GraphOps:
         F16 cache of flash attention on the one-row kernel, the single-token products, no attention temperature
         and no rotated cache (those run op by op), once compiled (Context.one_call_blocks); else None."""
         ctx, hp = self.ctx, self.hp
-        if (not ctx.one_call_blocks or ctx.cells is not None or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
+        if (not ctx.one_call_blocks or ctx.cells is not None or ctx.cvec is not None or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
                 or ctx.rot_k or ctx.rot_v or self.temp is not None or self.order is Order.BATCHED
                 or hp.n_embd_head % 64 or fa_path(1, self.n_kv, self.order) != PATH_ONE_ROW):
             return None
@@ -259,7 +259,9 @@ class TracedGraphOps(GraphOps):
         add(a, b, out)
         if name.startswith("ffn_inp"):  # attention output + residual
             self.g.add(name, out, self.attn_name, self.res_name)
-        else:  # l_out: FFN output + ffn_inp
+        elif b.ndim == 1:  # l_out: a control vector's direction added (an unnamed tensor of n_embd)
+            self.g.add_direction(name, out, self.res_name)
+        else:  # l_out (ffn_out with a control vector): FFN output + ffn_inp
             il = name.rsplit("-", 1)[1]
             self.g.add(name, out, f"ffn_out-{il}", f"ffn_inp-{il}")
         self.res_name = name

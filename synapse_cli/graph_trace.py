@@ -185,6 +185,10 @@ class GraphTrace:
     def add(self, name, out, a_name, b_name):
         self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, ne_of(out))])
 
+    def add_direction(self, name, out, a_name):
+        """build_cvec: a control vector's direction (an unnamed 1-d tensor) added to a block's output."""
+        self.node(name, "ADD", out, [(a_name, ne_of(out)), ("", (out.shape[1], 1, 1, 1))])
+
     def matmul(self, name, out, weight_name, n_in, src_name):
         T = out.shape[0]
         self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (src_name, (n_in, T, 1, 1))])

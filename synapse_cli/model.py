@@ -361,6 +361,9 @@ class Context:
         self.n_past = 0  # the next position; cells 0..n_past-1 hold positions 0..n_past-1 while cells is None
         # llama.cpp's cell placement once a context shift or self-extend moved positions (kv_cells.KVCells)
         self.cells: KVCells | None = None
+        # control vectors (llama_adapter_cvec, synapse_cli/adapters.py): per layer the (n_embd,) direction its
+        # block adds to its output, or None; None: none at all
+        self.cvec: list[np.ndarray | None] | None = None
         self._layer_list = None  # layer_list(): made on first use (False: not possible)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
@@ -673,12 +676,18 @@ class Context:
             ops.ffn_down(il, L, gt, fo)
             x = empty_aligned((Tn, E), dtype=np.float32)
             if il + 1 < hp.n_layer:
-                ops.add_norm(f"l_out-{il}", fo, fi, x, m.layers[il + 1].attn_norm, cur, (f"norm-{il + 1}",
-                             f"attn_norm-{il + 1}"), f"blk.{il + 1}.attn_norm.weight")
+                w, normed, names = m.layers[il + 1].attn_norm, cur, (f"norm-{il + 1}", f"attn_norm-{il + 1}")
+                w_name = f"blk.{il + 1}.attn_norm.weight"
             else:  # the rows that reach the output head: its norm
                 out_norm = empty_aligned((Tn, E), dtype=np.float32)
-                ops.add_norm(f"l_out-{il}", fo, fi, x, m.output_norm, out_norm, ("norm", "result_norm"),
-                             "output_norm.weight")
+                w, normed, names, w_name = m.output_norm, out_norm, ("norm", "result_norm"), "output_norm.weight"
+            direction = None if self.cvec is None else self.cvec[il]
+            if direction is None:
+                ops.add_norm(f"l_out-{il}", fo, fi, x, w, normed, names, w_name)
+            else:  # a control vector: the residual, then the layer's direction (build_cvec), then the norm
+                ops.add(f"ffn_out-{il}", fo, fi, x)
+                ops.add(f"l_out-{il}", x, direction, x)
+                ops.norm(x, w, normed, names, w_name)
 
         self.n_past += T
         if out_norm is None:  # a micro-batch without outputs stopped before the last layer's FFN

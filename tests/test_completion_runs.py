@@ -1,7 +1,7 @@
 """llama-completion runs beyond a plain completion: reverse prompts (-r) with and without interactive mode, -i and
 -if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, special tokens' text (-sp) and the prompt's tokens on stderr (--verbose-prompt), grammars
 (--grammar, --grammar-file: greedy and sampled, characters, UTF-8 split over tokens, token elements) and JSON
-schemas (-j). Each case of tests/reference/runs is a llama-completion run (args, piped stdin, stdout; made by
+schemas (-j), a full context (--context-shift, --keep, self-extend), control vectors. Each case of tests/reference/runs is a llama-completion run (args, piped stdin, stdout; made by
 harness/record_completion.py, commands in tests/reference/README.md) that `synapse decode` must print byte for
 byte."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_MODELS
+from conftest import TINY_MODELS, real_model_path
 
 REF = Path(__file__).resolve().parent / "reference"
 CASES = sorted((REF / "runs").glob("*.json"))
@@ -23,7 +23,8 @@ def _args(rec) -> list[str]:
     reads input (said on stderr); --llama-batch-order for llama.cpp's batch orders of the prompt."""
     args = list(rec["args"])
     i = args.index("-m") + 1
-    args[i] = str(TINY_MODELS / Path(args[i]).name)
+    name = Path(args[i]).name
+    args[i] = str(TINY_MODELS / name if (TINY_MODELS / name).exists() else real_model_path(name))  # (or skip)
     return args + ["--llama-batch-order"]
 
 
@@ -93,3 +94,52 @@ def test_bad_grammars_are_one_line(flags, needle):
     assert len(r.stderr.strip().splitlines()[-1:]) == 1 and r.stderr.strip().splitlines()[-1].startswith("Error: ")
     if needle:
         assert needle in r.stderr
+
+
+def test_control_vector_layer_range_and_bad_files(tmp_path):
+    """--control-vector-layer-range picks the blocks that add their direction (a 2-layer model has a direction for
+    layer 1 only: the range 1..1 prints the reference run, 2..2 the text without a vector); files llama.cpp refuses
+    are one error line."""
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    rec = json.loads((REF / "runs" / "tiny-llama__control_vector.json").read_text())
+    args = [a for a in _args(rec) if a != "--simple-io"]  # (its note would be a second stderr line)
+    i = args.index("--control-vector")
+    path = str(REF / args[i + 1])
+    args[i + 1] = path
+    plain = args[:i] + args[i + 2:]
+
+    def run(*a):
+        r = CliRunner().invoke(cli, ["decode", *a])
+        return r.exit_code, r.stdout_bytes, r.stderr
+
+    want = rec["stdout"].encode("utf-8", "surrogateescape")
+    assert run(*args, "--control-vector-layer-range", "1", "1")[1] == want
+    assert run(*args, "--control-vector-layer-range", "2", "2")[1] == run(*plain)[1] != want
+
+    import gguf
+    import numpy as np
+
+    def cvec(name, tensors):
+        w = gguf.GGUFWriter(str(tmp_path / name), "controlvector")
+        for tname, arr in tensors:
+            w.add_tensor(tname, arr)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return str(tmp_path / name)
+
+    v = np.ones(256, np.float32)
+    for f, needle in ((cvec("zero.gguf", [("direction.0", v)]), "invalid (zero) direction tensor layer index"),
+                      (cvec("name.gguf", [("dir.1", v)]), "invalid/unparsable direction tensor layer index"),
+                      (cvec("f16.gguf", [("direction.1", v.astype(np.float16))]), "invalid (non-F32) direction"),
+                      (cvec("2d.gguf", [("direction.1", np.ones((2, 128), np.float32))]), "invalid (non-1D)"),
+                      (cvec("embd.gguf", [("direction.1", np.ones(128, np.float32))]), "n_embd does not match model"),
+                      (str(tmp_path / "missing.gguf"), "failed to load control vector file")):
+        code, out, err = run(*plain, "--control-vector", f)
+        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = run(*plain, "--control-vector-scaled", path)  # no :SCALE
+    assert code == 2 and "FNAME:SCALE" in err

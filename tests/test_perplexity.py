@@ -353,3 +353,18 @@ def test_prompt_file_and_binary_file_give_the_same_text(tmp_path):
     assert ppl("-p", text, "-f", str(other)) != want
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-c", "32"])
     assert r.exit_code == 1 and r.stderr.strip().splitlines()[-1].startswith("Error: give the text with")
+
+
+def test_control_vectors_reach_the_perplexity_context():
+    """--control-vector applies to llama-perplexity too (a common argument): with the tiny model's one direction
+    (layer 1) the perplexity changes; with a layer range that holds no direction it is the plain run's."""
+    cvec = str(Path(__file__).resolve().parent / "reference" / "adapters" / "cvec-256-a.gguf")
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
+
+    def ppl(*extra):
+        r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(CORPUS), "-c", "64", "--chunks", "2", *extra])
+        assert r.exit_code == 0, r.output
+        return re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0)
+
+    plain = ppl()
+    assert ppl("--control-vector", cvec, "--control-vector-layer-range", "2", "9") == plain != ppl("--control-vector", cvec)

@@ -109,6 +109,10 @@ def _rope_args(stem: str) -> list[str]:
     return ROPE_FLAGS["rope-" + stem.split("__rope-")[1].split("__")[0]] if "__rope-" in stem else []
 
 
+# the control vector flags of the `__cvec-<name>` references (files in tests/reference/adapters)
+CVEC_FLAGS = {"cvec-ab": ["--control-vector-scaled", f"{REF}/adapters/cvec-256-a.gguf:2,{REF}/adapters/cvec-256-b.gguf:-1"]}
+
+
 def _log_args(stem: str) -> list[str]:
     """The prompt and flags a reference log was made with (tests/reference/README.md)."""
     if "__license400" in stem:
@@ -126,7 +130,8 @@ def _log_args(stem: str) -> list[str]:
         args += ["-fa", "on", "-ctk", stem.split("__ctk-")[1].split("__")[0], "-ctv", stem.split("__ctv-")[1]]
     else:
         args += ["-fa", "off"]
-    return args + _rope_args(stem)
+    cvec = CVEC_FLAGS["cvec-" + stem.split("__cvec-")[1].split("__")[0]] if "__cvec-" in stem else []
+    return args + _rope_args(stem) + cvec
 
 
 @pytest.mark.parametrize("log", EVALCB, ids=lambda p: p.stem)
@@ -136,7 +141,8 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
     flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
     llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__rope-<name>`: the
-    --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); made with -fa off otherwise."""
+    --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); `__cvec-<name>`: the control
+    vectors of CVEC_FLAGS; made with -fa off otherwise."""
     stem = log.stem.split("__")[0]
     r = _synapse("eval-callback", "diff", "--model", _model_path(stem), *_log_args(log.stem),
                  "-t", "2", "--occurrence", "all", str(log))

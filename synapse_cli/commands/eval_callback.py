@@ -23,7 +23,7 @@ from .. import evalcb
 from kernels.errors import SynapseError
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
                           note_prompt_source, given_prompt, resolve_flash_attn, rope_options, rope_params,
-                          kv_override_option, kv_overrides)
+                          kv_override_option, kv_overrides, control_vector_options, control_vector_spec)
 
 
 
@@ -45,6 +45,7 @@ def _run_options(f):
         flash_attn_option,
         rope_options,
         kv_override_option,
+        control_vector_options,
         ignored_llama_options,
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
                      help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
@@ -68,6 +69,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         flash_attn=resolve_flash_attn(flash_attn),
         rope=rope_params(),
         kv_overrides=kv_overrides(),
+        control_vectors=control_vector_spec(),
     )
     announce_flash_attn(flash_attn, cache_type_v)
     return tokens

@@ -244,6 +244,48 @@ def parse_kv_overrides(values) -> dict[str, tuple[str, object]]:
     return out
 
 
+def control_vector_options(f):
+    """--control-vector, --control-vector-scaled, --control-vector-layer-range (llama.cpp's common arguments;
+    synapse_cli/adapters.py): the files in command-line order, each comma-separated list as parse_csv_row splits it."""
+    def record(scaled):
+        def cb(ctx, param, values):
+            files = ctx.meta.setdefault("synapse.cvec", [])
+            for value in values or ():
+                for item in _csv_row(value):
+                    if not scaled:
+                        files.append((item, 1.0))
+                        continue
+                    parts = item.split(":")
+                    if len(parts) != 2:
+                        raise click.BadParameter("control-vector-scaled format: FNAME:SCALE")
+                    try:
+                        files.append((parts[0], float(parts[1])))
+                    except ValueError:
+                        raise click.BadParameter(f"not a number: {parts[1]!r}") from None
+        return cb
+
+    f = click.option("--control-vector-layer-range", "control_vector_layer_range", nargs=2, type=int, default=None,
+                     metavar="START END", expose_value=False,
+                     callback=lambda ctx, p, v: ctx.meta.__setitem__("synapse.cvec_range", v),
+                     help="Layers to add the control vector(s) to, both inclusive (default: all from 1).")(f)
+    f = click.option("--control-vector-scaled", multiple=True, metavar="FNAME:SCALE,...", expose_value=False,
+                     callback=record(True), help="Add a control vector times SCALE (repeatable).")(f)
+    return click.option("--control-vector", multiple=True, metavar="FNAME,...", expose_value=False,
+                        callback=record(False), help="Add a control vector (GGUF of direction.N tensors; "
+                                                     "repeatable, or comma-separated).")(f)
+
+
+def control_vector_spec():
+    """The ControlVectorSpec of this command line, or None without a control vector."""
+    from ..adapters import ControlVectorSpec
+
+    meta = click.get_current_context().meta
+    if not meta.get("synapse.cvec"):
+        return None
+    start, end = meta.get("synapse.cvec_range") or (-1, -1)
+    return ControlVectorSpec(list(meta["synapse.cvec"]), start, end)
+
+
 def kv_override_option(f):
     """--override-kv (llama.cpp's common argument): model metadata overrides, read by the model loader."""
     def record(ctx, param, value):
