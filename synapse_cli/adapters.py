@@ -1,10 +1,16 @@
-"""Control vectors: per-layer directions added to each block's output, as llama.cpp's common arguments
-`--control-vector FNAME`, `--control-vector-scaled FNAME:SCALE` and `--control-vector-layer-range START END` load
-them (common/common.cpp common_control_vector_load, src/llama-adapter.cpp llama_adapter_cvec).
+"""Adapters on top of a model's weights, as llama.cpp's common arguments load them.
 
-A control vector file is a GGUF whose tensors are F32 vectors named `direction.<layer>` (layer >= 1; llama.cpp
-never adds one to layer 0). Every file's directions, times its scale, are summed into one buffer; block il of
-the graph then adds the buffer's direction il to its output (`l_out`), for il in the layer range.
+Control vectors (`--control-vector FNAME`, `--control-vector-scaled FNAME:SCALE`, `--control-vector-layer-range
+START END`; common/common.cpp common_control_vector_load, src/llama-adapter.cpp llama_adapter_cvec): a GGUF whose
+tensors are F32 vectors named `direction.<layer>` (layer >= 1; llama.cpp never adds one to layer 0). Every file's
+directions, times its scale, are summed into one buffer; block il of the graph then adds the buffer's direction
+il to its output (`l_out`), for il in the layer range.
+
+LoRA adapters (`--lora FNAME`, `--lora-scaled FNAME:SCALE`; src/llama-adapter.cpp llama_adapter_lora_init,
+src/llama-graph.cpp build_lora_mm and build_inp_embd): a GGUF of tensor pairs `<weight>.lora_a` (ne [n_in, rank])
+and `<weight>.lora_b` (ne [rank, n_out]); every product of that weight gets scale * (B @ (A @ x)) added, with
+scale = adapter_scale * alpha / rank (adapter_scale where alpha is 0). For the token embeddings A and B are
+stored transposed (A: [rank, n_vocab], B: [rank, n_embd]) and the rows of A are gathered instead.
 """
 
 from __future__ import annotations
@@ -86,3 +92,103 @@ def control_vectors(spec: ControlVectorSpec, n_layer: int, n_embd: int) -> list[
             off = n_embd * (il - 1)
             out[il] = total[off: off + n_embd].copy() if off + n_embd <= len(total) else np.zeros(n_embd, np.float32)
     return out
+
+
+@dataclass
+class LoraWeight:
+    """One adapted weight: the products A (rank outputs) and B (the weight's outputs), or for the token
+    embeddings A's rows (get_rows) and B."""
+    a: object  # kernels.matmul.Weight
+    b: object
+    rank: int
+
+    def scale(self, alpha: float, adapter_scale: float) -> np.float32:
+        """llama_adapter_lora_weight::get_scale, in float."""
+        if alpha == 0.0:
+            return np.float32(adapter_scale)
+        return np.float32(np.float32(adapter_scale) * np.float32(alpha)) / np.float32(self.rank)
+
+
+@dataclass
+class LoraAdapter:
+    path: str
+    alpha: float
+    weights: dict[str, LoraWeight]  # by the model tensor's name
+    reader: object = None  # the file's GGUFReader (the weights view its mapping)
+
+
+def load_lora(path: str, model) -> LoraAdapter:
+    """llama_adapter_lora_init's checks and tensors (errors as llama.cpp words them)."""
+    from kernels.errors import GGUFError
+    from kernels.ggml_type import GGMLType
+    from kernels.gguf import GGUFReader
+    from kernels.matmul import Weight
+    from kernels.quants.base import llama_repacks
+
+    def fail(msg: str):
+        raise SynapseError(f"failed to load lora adapter '{path}': {msg}")
+
+    try:
+        reader = GGUFReader(path)
+    except (GGUFError, OSError) as e:
+        fail(f"failed to load lora adapter from file ({e})")
+    general_type = reader.get("general.type", "")
+    if general_type != "adapter":
+        fail(f"expect general.type to be 'adapter', but got: {general_type}")
+    if reader.get("general.architecture", "") != model.hparams.arch:
+        fail("model arch and LoRA arch mismatch")
+    adapter_type = reader.get("adapter.type", "")
+    if adapter_type != "lora":
+        fail(f"expect adapter.type to be 'lora', but got: {adapter_type}")
+    alpha = reader.get("adapter.lora.alpha", 0.0)
+    if not isinstance(alpha, float):
+        fail("adapter.lora.alpha is not a float")
+    if reader.get("adapter.alora.invocation_tokens") is not None:
+        fail("activated LoRA (adapter.alora.invocation_tokens) is not supported")
+    pairs: dict[str, dict[str, object]] = {}
+    for t in reader.tensors:
+        for suffix in (".lora_a", ".lora_b"):
+            if t.name.endswith(suffix):
+                pairs.setdefault(t.name[: -len(suffix)], {})[suffix[-1]] = t
+                break
+        else:
+            if not t.name.endswith("_norm.weight"):
+                fail(f"LoRA tensor '{t.name}' has unexpected suffix")
+    weights = {}
+    for name in sorted(pairs):
+        a, b = pairs[name].get("a"), pairs[name].get("b")
+        if a is None or b is None:
+            fail(f"LoRA tensor pair for '{name}' is missing one component")
+        base = model.reader.tensor(name)
+        if base is None:
+            fail(f"LoRA tensor '{name}' does not exist in base model (hint: maybe wrong base model?)")
+        ne = lambda t: tuple(t.ne) + (1,) * (2 - len(t.ne))  # noqa: E731
+        (a0, a1), (b0, b1), (m0, m1) = ne(a)[:2], ne(b)[:2], ne(base)[:2]
+        if name.endswith("token_embd.weight"):
+            if m0 != b1 or m1 != a1:
+                fail(f"tensor '{name}' has incorrect shape (hint: maybe wrong base model?)")
+        else:
+            if m0 != a0 or m1 != b1:
+                fail(f"tensor '{name}' has incorrect shape (hint: maybe wrong base model?)")
+            if a1 != b0:
+                fail('lora_a tensor is not transposed (hint: adapter from "finetune" example is no longer supported)')
+        for t, n0, n1 in ((a, a0, a1), (b, b0, b1)):
+            if llama_repacks(t.ggml_type, n1):  # (llama.cpp keeps adapters in plain CPU buffers: never repacked)
+                fail(f"LoRA tensor '{t.name}' of type {GGMLType(t.ggml_type).name} is not supported")
+        try:
+            weights[name] = LoraWeight(Weight(a.ggml_type, a.data, a0, a1, name=a.name),
+                                       Weight(b.ggml_type, b.data, b0, b1, name=b.name), b0)
+        except (ValueError, SynapseError) as e:  # (a type without kernels, a bad size)
+            fail(str(e))
+    return LoraAdapter(path, float(alpha), weights, reader)
+
+
+def lora_adapters(files: list[tuple[str, float]], model) -> list[tuple[LoraAdapter, float]]:
+    """The adapters of --lora/--lora-scaled, in the order llama.cpp's graph adds them: the context keeps them in
+    an unordered_map keyed by pointer, whose iteration (libstdc++, distinct buckets) runs from the last one
+    inserted to the first; an adapter of scale 0 is left out (llama_context::set_adapters_lora)."""
+    loaded = [(load_lora(path, model), scale) for path, scale in files]
+    if model.tied_output and any("token_embd.weight" in a.weights for a, _ in loaded):
+        raise SynapseError("a LoRA of token_embd.weight on a model whose output head is token_embd: llama.cpp "
+                           "applies it to the output too, where its shapes do not fit (it aborts)")
+    return [(a, np.float32(s)) for a, s in reversed(loaded) if s != 0.0]

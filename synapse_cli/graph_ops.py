@@ -48,7 +48,8 @@ class GraphOps:
         F16 cache of flash attention on the one-row kernel, the single-token products, no attention temperature
         and no rotated cache (those run op by op), once compiled (Context.one_call_blocks); else None."""
         ctx, hp = self.ctx, self.hp
-        if (not ctx.one_call_blocks or ctx.cells is not None or ctx.cvec is not None or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
+        if (not ctx.one_call_blocks or ctx.cells is not None or ctx.cvec is not None or ctx.loras
+                or not ctx.flash_attn or ctx.cache_type != "f16" or ctx.cache_type_v != "f16"
                 or ctx.rot_k or ctx.rot_v or self.temp is not None or self.order is Order.BATCHED
                 or hp.n_embd_head % 64 or fa_path(1, self.n_kv, self.order) != PATH_ONE_ROW):
             return None
@@ -88,6 +89,29 @@ class GraphOps:
 
     def embd(self, tokens, x):
         self.ctx.model.tok_embd.get_rows(tokens, x)
+        for adapter, scale in self.ctx.loras or ():  # build_inp_embd: B @ (A's rows), scaled
+            lw = adapter.weights.get("token_embd.weight")
+            if lw is not None:
+                rows = np.empty((len(tokens), lw.rank), np.float32)
+                lw.a.get_rows(tokens, rows)
+                delta = np.empty_like(x)
+                matmul(lw.b, rows, delta, self.order)
+                delta *= lw.scale(adapter.alpha, scale)
+                add(x, delta, x)
+
+    def lora(self, w, x, out):
+        """build_lora_mm's adapters after the product out = w @ x (before any bias): out += scale * (B @ (A @ x))
+        for each adapter of w, in the context's order."""
+        for adapter, scale in self.ctx.loras or ():
+            lw = adapter.weights.get(w.name)
+            if lw is None:
+                continue
+            t = np.empty((x.shape[0], lw.rank), np.float32)
+            matmul(lw.a, x, t, self.order)
+            delta = np.empty_like(out)
+            matmul(lw.b, t, delta, self.order)
+            delta *= lw.scale(adapter.alpha, scale)  # ggml_scale
+            add(out, delta, out)
 
     def norm(self, x, w, out, names: tuple[str, str], weight_name: str):
         """build_norm (LLM_NORM_RMS): RMS_NORM then MUL by the weight; names: (norm, weighted)."""
@@ -95,6 +119,7 @@ class GraphOps:
 
     def logits(self, x, out):
         matmul(self.ctx.model.output, x, out, self.order)
+        self.lora(self.ctx.model.output, x, out)
 
     # --- attention block
 
@@ -109,7 +134,8 @@ class GraphOps:
             L.qkv_gemv(cur, (q, k, v))  # activations converted once, one parallel region
         else:
             matmul_many(L.qkv, cur, [q, k, v], self.order)
-        for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
+        for w, out, b in ((L.attn_q, q, L.attn_q_b), (L.attn_k, k, L.attn_k_b), (L.attn_v, v, L.attn_v_b)):
+            self.lora(w, cur, out)
             _add_bias(out, b)
         rope_qk(q.reshape(T, hp.n_head, hp.n_embd_head), k.reshape(T, hp.n_head_kv, hp.n_embd_head), self.pos,
                 q_r, k_r, *self.rope_args)
@@ -133,6 +159,7 @@ class GraphOps:
 
     def attn_out(self, il: int, L, kqv_out, out):
         matmul(L.attn_output, kqv_out, out, self.order)
+        self.lora(L.attn_output, kqv_out, out)
         _add_bias(out, L.attn_output_b)
 
     def out_rows(self, attn_out, x, n: int):
@@ -153,6 +180,8 @@ class GraphOps:
             L.gate_up_gemv(cur, (gate, up))
         else:
             matmul_many(L.gate_up, cur, [gate, up], self.order)
+        self.lora(L.ffn_gate, cur, gate)
+        self.lora(L.ffn_up, cur, up)
         _add_bias(gate, L.ffn_gate_b)
         _add_bias(up, L.ffn_up_b)
 
@@ -161,6 +190,7 @@ class GraphOps:
 
     def ffn_down(self, il: int, L, h, out):
         matmul(L.ffn_down, h, out, self.order)
+        self.lora(L.ffn_down, h, out)
         _add_bias(out, L.ffn_down_b)
 
 

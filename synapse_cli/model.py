@@ -364,6 +364,8 @@ class Context:
         # control vectors (llama_adapter_cvec, synapse_cli/adapters.py): per layer the (n_embd,) direction its
         # block adds to its output, or None; None: none at all
         self.cvec: list[np.ndarray | None] | None = None
+        # LoRA adapters (synapse_cli/adapters.py): (adapter, scale) in the order the graph adds them, or None
+        self.loras: list | None = None
         self._layer_list = None  # layer_list(): made on first use (False: not possible)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array

@@ -124,9 +124,10 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
                  flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto",
-                 rope=None, kv_overrides=None, control_vectors=None) -> Session:
+                 rope=None, kv_overrides=None, control_vectors=None, loras=None) -> Session:
     """Load a model, its tokenizer and a context, and warm the kernels up. rope: the --rope-*/--yarn-* flags'
-    RopeParams; kv_overrides: --override-kv's; control_vectors: a ControlVectorSpec (synapse_cli/adapters.py)."""
+    RopeParams; kv_overrides: --override-kv's; control_vectors: a ControlVectorSpec; loras: ((file, scale) list,
+    apply) of --lora/--lora-scaled (synapse_cli/adapters.py)."""
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
@@ -143,4 +144,11 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
         from .adapters import control_vectors as load_control_vectors
 
         ctx.cvec = load_control_vectors(control_vectors, model.hparams.n_layer, model.hparams.n_embd)
+    if loras is not None:
+        from .adapters import lora_adapters
+
+        files, apply = loras
+        adapters = lora_adapters(files, model)
+        if apply and adapters:
+            ctx.loras = adapters
     return Session(model, ctx, tok, (time.perf_counter() - t0) * 1e3, t0)

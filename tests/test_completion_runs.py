@@ -143,3 +143,65 @@ def test_control_vector_layer_range_and_bad_files(tmp_path):
         assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, err
     code, _, err = run(*plain, "--control-vector-scaled", path)  # no :SCALE
     assert code == 2 and "FNAME:SCALE" in err
+
+
+def test_lora_files_llama_cpp_refuses_are_one_error_line(tmp_path):
+    """The checks of llama_adapter_lora_init, each one error line (llama-completion: "failed to load lora adapter");
+    a scale of 0 and --lora-init-without-apply load the adapter but print the text without it."""
+    from click.testing import CliRunner
+
+    import gguf
+    import numpy as np
+
+    from synapse_cli.cli import cli
+
+    rec = json.loads((REF / "runs" / "tiny-llama__lora_scaled_f16.json").read_text())
+    args = [a for a in _args(rec) if a != "--simple-io"]
+    i = args.index("--lora-scaled")
+    plain = args[:i] + args[i + 2:]
+    good = str(REF / "adapters" / "lora-llama-f16.gguf")
+
+    def run(*a):
+        r = CliRunner().invoke(cli, ["decode", *a])
+        return r.exit_code, r.stdout_bytes, r.stderr
+
+    def lora(name, tensors, arch="llama", general_type="adapter", adapter_type="lora"):
+        w = gguf.GGUFWriter(str(tmp_path / name), arch)
+        w.add_string("general.type", general_type)
+        w.add_string("adapter.type", adapter_type)
+        for tname, arr in tensors:
+            w.add_tensor(tname, arr)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return str(tmp_path / name)
+
+    a, b = np.ones((4, 256), np.float32), np.ones((256, 4), np.float32)  # attn_q's lora_a [256, 4], lora_b [4, 256]
+    q = [("blk.0.attn_q.weight.lora_a", a), ("blk.0.attn_q.weight.lora_b", b)]
+    cases = [(lora("type.gguf", q, general_type="model"), "expect general.type to be 'adapter', but got: model"),
+             (lora("arch.gguf", q, arch="qwen2"), "model arch and LoRA arch mismatch"),
+             (lora("kind.gguf", q, adapter_type="x"), "expect adapter.type to be 'lora', but got: x"),
+             (lora("half.gguf", q[:1]), "LoRA tensor pair for 'blk.0.attn_q.weight' is missing one component"),
+             (lora("suffix.gguf", q + [("blk.0.attn_q.weight", a)]), "has unexpected suffix"),
+             (lora("absent.gguf", [("blk.7.attn_q.weight.lora_a", a), ("blk.7.attn_q.weight.lora_b", b)]),
+              "does not exist in base model"),
+             (lora("shape.gguf", [("blk.0.attn_k.weight.lora_a", a), ("blk.0.attn_k.weight.lora_b", b)]),
+              "has incorrect shape"),
+             (lora("transposed.gguf", [("blk.0.attn_q.weight.lora_a", a), ("blk.0.attn_q.weight.lora_b",
+                                                                              np.ones((256, 8), np.float32))]),
+              "lora_a tensor is not transposed"),
+             (str(tmp_path / "missing.gguf"), "failed to load lora adapter")]
+    for f, needle in cases:
+        code, out, err = run(*plain, "--lora", f)
+        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, (needle, err)
+    want = run(*plain)[1]
+    assert run(*plain, "--lora-scaled", good + ":0")[1] == want
+    assert run(*plain, "--lora", good, "--lora-init-without-apply")[1] == want
+    assert run(*plain, "--lora", good)[1] not in (want, rec["stdout"].encode("utf-8", "surrogateescape"))
+    # qwen2's output head is token_embd: llama.cpp aborts on a token_embd adapter; synapse says why
+    qwen = str(TINY_MODELS / "tiny-qwen2-F32.gguf")
+    emb = lora("embd.gguf", [("token_embd.weight.lora_a", np.ones((1024, 4), np.float32)),
+                             ("token_embd.weight.lora_b", np.ones((256, 4), np.float32))], arch="qwen2")
+    code, _, err = run("-m", qwen, "-p", "Hello", "-n", "2", "--lora", emb)
+    assert code == 1 and "output head is token_embd" in err

@@ -368,3 +368,17 @@ def test_control_vectors_reach_the_perplexity_context():
 
     plain = ppl()
     assert ppl("--control-vector", cvec, "--control-vector-layer-range", "2", "9") == plain != ppl("--control-vector", cvec)
+
+
+def test_lora_adapters_reach_the_perplexity_context():
+    """--lora applies to llama-perplexity too (a common argument): the perplexity changes; at scale 0 (llama.cpp
+    leaves such an adapter out) it is the plain run's."""
+    lora = str(Path(__file__).resolve().parent / "reference" / "adapters" / "lora-llama-f16.gguf")
+    tiny = str(TINY_MODELS / "tiny-llama-F32.gguf")
+
+    def ppl(*extra):
+        r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(CORPUS), "-c", "64", "--chunks", "2", *extra])
+        assert r.exit_code == 0, r.output
+        return re.search(r"Final estimate: PPL = .*$", r.stderr, re.M).group(0)
+
+    assert ppl("--lora-scaled", lora + ":0") == ppl() != ppl("--lora", lora)

@@ -244,35 +244,62 @@ def parse_kv_overrides(values) -> dict[str, tuple[str, object]]:
     return out
 
 
+def _adapter_files(key: str, scaled: bool, flag: str):
+    """The callback of --control-vector(-scaled) and --lora(-scaled): (file, scale) pairs appended to ctx.meta[key]
+    in command-line order, each value a comma-separated list as parse_csv_row splits it, FNAME:SCALE when scaled."""
+    def cb(ctx, param, values):
+        files = ctx.meta.setdefault(key, [])
+        for value in values or ():
+            for item in _csv_row(value):
+                if not scaled:
+                    files.append((item, 1.0))
+                    continue
+                parts = item.split(":")
+                if len(parts) != 2:
+                    raise click.BadParameter(f"{flag} format: FNAME:SCALE")
+                try:
+                    files.append((parts[0], float(parts[1])))
+                except ValueError:
+                    raise click.BadParameter(f"not a number: {parts[1]!r}") from None
+    return cb
+
+
 def control_vector_options(f):
     """--control-vector, --control-vector-scaled, --control-vector-layer-range (llama.cpp's common arguments;
-    synapse_cli/adapters.py): the files in command-line order, each comma-separated list as parse_csv_row splits it."""
-    def record(scaled):
-        def cb(ctx, param, values):
-            files = ctx.meta.setdefault("synapse.cvec", [])
-            for value in values or ():
-                for item in _csv_row(value):
-                    if not scaled:
-                        files.append((item, 1.0))
-                        continue
-                    parts = item.split(":")
-                    if len(parts) != 2:
-                        raise click.BadParameter("control-vector-scaled format: FNAME:SCALE")
-                    try:
-                        files.append((parts[0], float(parts[1])))
-                    except ValueError:
-                        raise click.BadParameter(f"not a number: {parts[1]!r}") from None
-        return cb
-
+    synapse_cli/adapters.py)."""
     f = click.option("--control-vector-layer-range", "control_vector_layer_range", nargs=2, type=int, default=None,
                      metavar="START END", expose_value=False,
                      callback=lambda ctx, p, v: ctx.meta.__setitem__("synapse.cvec_range", v),
                      help="Layers to add the control vector(s) to, both inclusive (default: all from 1).")(f)
     f = click.option("--control-vector-scaled", multiple=True, metavar="FNAME:SCALE,...", expose_value=False,
-                     callback=record(True), help="Add a control vector times SCALE (repeatable).")(f)
+                     callback=_adapter_files("synapse.cvec", True, "control-vector-scaled"),
+                     help="Add a control vector times SCALE (repeatable).")(f)
     return click.option("--control-vector", multiple=True, metavar="FNAME,...", expose_value=False,
-                        callback=record(False), help="Add a control vector (GGUF of direction.N tensors; "
-                                                     "repeatable, or comma-separated).")(f)
+                        callback=_adapter_files("synapse.cvec", False, "control-vector"),
+                        help="Add a control vector (GGUF of direction.N tensors; repeatable, or comma-separated).")(f)
+
+
+def lora_options(f):
+    """--lora, --lora-scaled, --lora-init-without-apply (llama.cpp's common arguments; synapse_cli/adapters.py)."""
+    f = click.option("--lora-init-without-apply", is_flag=True, expose_value=False,
+                     callback=lambda ctx, p, v: ctx.meta.__setitem__("synapse.lora_no_apply", v),
+                     help="Load the LoRA adapters (and check them) without applying them, as llama.cpp.")(f)
+    f = click.option("--lora-scaled", multiple=True, metavar="FNAME:SCALE,...", expose_value=False,
+                     callback=_adapter_files("synapse.lora", True, "lora-scaled"),
+                     help="Apply a LoRA adapter times SCALE (repeatable).")(f)
+    return click.option("--lora", multiple=True, metavar="FNAME,...", expose_value=False,
+                        callback=_adapter_files("synapse.lora", False, "lora"),
+                        help="Apply a LoRA adapter (GGUF of <weight>.lora_a/.lora_b pairs; repeatable, or "
+                             "comma-separated).")(f)
+
+
+def lora_spec() -> tuple[list[tuple[str, float]], bool] | None:
+    """The --lora/--lora-scaled files of this command line ((file, scale) in order, and whether to apply them),
+    or None."""
+    meta = click.get_current_context().meta
+    if not meta.get("synapse.lora"):
+        return None
+    return list(meta["synapse.lora"]), not meta.get("synapse.lora_no_apply", False)
 
 
 def control_vector_spec():
