@@ -185,8 +185,9 @@ def load_lora(path: str, model) -> LoraAdapter:
 
 def lora_adapters(files: list[tuple[str, float]], model) -> list[tuple[LoraAdapter, float]]:
     """The adapters of --lora/--lora-scaled, in the order llama.cpp's graph adds them: the context keeps them in
-    an unordered_map keyed by pointer, whose iteration (libstdc++, distinct buckets) runs from the last one
-    inserted to the first; an adapter of scale 0 is left out (llama_context::set_adapters_lora)."""
+    an unordered_map keyed by pointer, where libstdc++ puts a new node first in the list or in its bucket, so two
+    iterate last-inserted first (three or more: by pointer values; reversed here too); an adapter of scale 0 is
+    left out (llama_context::set_adapters_lora)."""
     loaded = [(load_lora(path, model), scale) for path, scale in files]
     if model.tied_output and any("token_embd.weight" in a.weights for a, _ in loaded):
         raise SynapseError("a LoRA of token_embd.weight on a model whose output head is token_embd: llama.cpp "
