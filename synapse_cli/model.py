@@ -96,7 +96,7 @@ class Model:
 
     @classmethod
     def load(cls, path: str | Path, progress: Callable[[int, int, str], None] | None = None,
-             use_mmap: bool = True, kv_overrides: dict | None = None) -> "Model":
+             use_mmap: bool = True, kv_overrides: dict | None = None, repack: bool = True) -> "Model":
         """Map `path`, check every tensor llama.cpp would create, and prepare the weights.
 
         `progress(done, total, name)` is called once per tensor (the CLI draws a Rich bar with it).
@@ -104,8 +104,16 @@ class Model:
         WeightArena advised for huge pages, the rows its kernels read as stored read there from the file. Tokens
         then take 4-5 % less time; the load takes ~1 s longer for a 1 GB model on this kind of VM, whose 2 MB
         pages are slow to fault in (benchmarks/RESULTS.md). The default keeps them where they are: repacked
-        weights in numpy's memory, the others in the file mapping.
+        weights in numpy's memory, the others in the file mapping. repack=False: llama.cpp's -nr/--no-repack (no
+        weight is repacked; their products follow ggml_vec_dot and, in batches, tinyBLAS or the tiled matmul).
         """
+        from kernels.quants.base import repacking
+
+        with repacking(repack):
+            return cls._load(path, progress, use_mmap, kv_overrides)
+
+    @classmethod
+    def _load(cls, path, progress, use_mmap, kv_overrides) -> "Model":
         t0 = time.perf_counter()
         from kernels.matmul import Weight  # numba import happens here, not at CLI start-up
         from kernels.quants.base import WeightArena, in_layout_only, packing_into

@@ -33,10 +33,11 @@ def _progress_enabled(show: bool) -> bool:
 READ_LOAD_MODES = ("none", "dio")
 
 
-def load_model(path: str, show_progress: bool = True, load_mode: str = "auto", kv_overrides=None) -> Model:
+def load_model(path: str, show_progress: bool = True, load_mode: str = "auto", kv_overrides=None,
+               repack: bool = True) -> Model:
     use_mmap = load_mode not in READ_LOAD_MODES
     if not _progress_enabled(show_progress):
-        return Model.load(path, use_mmap=use_mmap, kv_overrides=kv_overrides)
+        return Model.load(path, use_mmap=use_mmap, kv_overrides=kv_overrides, repack=repack)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn
 
@@ -48,7 +49,7 @@ def load_model(path: str, show_progress: bool = True, load_mode: str = "auto", k
         def cb(done, total, name):
             bar.update(task, completed=done, total=total)
 
-        return Model.load(path, progress=cb, use_mmap=use_mmap, kv_overrides=kv_overrides)
+        return Model.load(path, progress=cb, use_mmap=use_mmap, kv_overrides=kv_overrides, repack=repack)
 
 
 def kernel_cache_is_cold() -> bool:
@@ -124,16 +125,16 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
                  flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto",
-                 rope=None, kv_overrides=None, control_vectors=None, loras=None) -> Session:
+                 rope=None, kv_overrides=None, control_vectors=None, loras=None, repack: bool = True) -> Session:
     """Load a model, its tokenizer and a context, and warm the kernels up. rope: the --rope-*/--yarn-* flags'
     RopeParams; kv_overrides: --override-kv's; control_vectors: a ControlVectorSpec; loras: ((file, scale) list,
-    apply) of --lora/--lora-scaled (synapse_cli/adapters.py)."""
+    apply) of --lora/--lora-scaled (synapse_cli/adapters.py); repack: False for -nr/--no-repack."""
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
     helper, batch_pending = (_start_cold_helper(model_path, n_ctx, n_ubatch, cache_type_k, cache_type_v,
                                                 batch_invariant, flash_attn, show_progress) if warmup else (None, False))
-    model = load_model(model_path, show_progress, load_mode, kv_overrides)
+    model = load_model(model_path, show_progress, load_mode, kv_overrides, repack)
     tok = load_tokenizer(model.reader)
     ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,

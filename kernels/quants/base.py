@@ -49,6 +49,20 @@ class BlockFormat:
 
 FORMATS: dict[int, BlockFormat] = {}
 
+# llama.cpp's weight repacking, on by default; its --no-repack (no extra buffer types) loads every weight as stored
+_REPACKING = [True]
+
+
+@contextmanager
+def repacking(enabled: bool):
+    """Weights made inside follow llama.cpp with repacking on (its default) or off (-nr/--no-repack)."""
+    before = _REPACKING[0]
+    _REPACKING[0] = enabled
+    try:
+        yield
+    finally:
+        _REPACKING[0] = before
+
 
 def llama_repacks(ggml_type: int, n_rows: int) -> bool:
     """Whether the fixtures' x86 llama.cpp (AVX-512) repacks a weight at load (ggml-cpu/repack.cpp
@@ -56,7 +70,8 @@ def llama_repacks(ggml_type: int, n_rows: int) -> bool:
     Q2_K -> q2_K_8x8 with AVX-512), which it does only when the row count is a multiple of 8; a repacked weight's
     products follow the repacked gemv/gemm, the others ggml_vec_dot (and, for llama.cpp's batches, tinyBLAS or
     the tiled matmul)."""
-    return int(ggml_type) in (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q2_K, GGMLType.IQ4_NL) and n_rows % 8 == 0
+    return (_REPACKING[0] and int(ggml_type) in (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q2_K, GGMLType.IQ4_NL)
+            and n_rows % 8 == 0)
 
 
 def register(fmt: BlockFormat) -> BlockFormat:

@@ -20,7 +20,8 @@ from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
                           load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
                           rope_options, rope_params, kv_override_option, kv_overrides, color_option,
-                          control_vector_options, control_vector_spec, lora_options, lora_spec)
+                          control_vector_options, control_vector_spec, lora_options, lora_spec,
+                          repack_option, repack_setting)
 from .sampling_options import grammar_text, sampling_given, sampling_options, sampling_params
 
 
@@ -105,6 +106,7 @@ def default_threads() -> int:
 @kv_override_option
 @control_vector_options
 @lora_options
+@repack_option
 @ignored_llama_options
 @load_mode_option
 @click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
@@ -181,7 +183,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
                         load_mode=announce_load_mode(load_mode), rope=rope_params(),
                         kv_overrides=kv_overrides(), control_vectors=control_vector_spec(),
-                        loras=lora_spec())
+                        loras=lora_spec(), repack=repack_setting())
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     hp = sess.ctx.hp
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning

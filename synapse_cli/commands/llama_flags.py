@@ -313,6 +313,20 @@ def control_vector_spec():
     return ControlVectorSpec(list(meta["synapse.cvec"]), start, end)
 
 
+def repack_option(f):
+    """--repack / -nr, --no-repack (llama.cpp's common argument, default on): whether weights are repacked at load,
+    which decides their products' kernels and so their float orders."""
+    return click.option("--repack/--no-repack", " /-nr", "repack", default=True, show_default=True,
+                        expose_value=False, callback=lambda ctx, p, v: ctx.meta.__setitem__("synapse.repack", v),
+                        help="Repack weights at load as llama.cpp does (Q4_0, Q4_K, Q2_K, IQ4_NL); -nr: keep them "
+                             "as stored, with llama.cpp's kernels for that.")(f)
+
+
+def repack_setting() -> bool:
+    """Whether this command line repacks weights (--repack, the default; -nr/--no-repack: not)."""
+    return click.get_current_context().meta.get("synapse.repack", True)
+
+
 def kv_override_option(f):
     """--override-kv (llama.cpp's common argument): model metadata overrides, read by the model loader."""
     def record(ctx, param, value):

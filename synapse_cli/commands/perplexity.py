@@ -19,7 +19,8 @@ from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
                           note_prompt_source, given_prompt,
                           load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
-                          kv_overrides, control_vector_options, control_vector_spec, lora_options, lora_spec)
+                          kv_overrides, control_vector_options, control_vector_spec, lora_options, lora_spec,
+                          repack_option, repack_setting)
 
 
 def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, cache_type_v, flash_attn,
@@ -43,7 +44,7 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
                         flash_attn=resolve_flash_attn(flash_attn), batched_kernels=n_ubatch >= FA_TILE_Q,
                         load_mode=load_mode, rope=rope_params(),
                         kv_overrides=kv_overrides(), control_vectors=control_vector_spec(),
-                        loras=lora_spec())
+                        loras=lora_spec(), repack=repack_setting())
     return sess, n_batch, max(1, batch_size // ctx_size)
 
 
@@ -77,6 +78,7 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @kv_override_option
 @control_vector_options
 @lora_options
+@repack_option
 @ignored_llama_options
 @load_mode_option
 @click.option("-e", "--escape/--no-escape", default=False, show_default=True,
