@@ -36,7 +36,7 @@ def _one_clean_line(r, needle: str = ""):
 
 # --- llama.cpp command lines ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag", [["-np", "2"], ["-md", "draft.gguf"], ["-ot", "x=CPU"]])
+@pytest.mark.parametrize("flag", [["-np", "2"], ["-md", "draft.gguf"], ["--prompt-cache", "x.bin"]])
 def test_llama_cpp_options_synapse_lacks_are_named(flag):
     """click would read -np as -n p, -ot as -o t: they are refused by name instead."""
     r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 1, *flag)
@@ -175,3 +175,15 @@ def test_output_is_utf8_whatever_the_locale():
     r = _synapse("decode", "-m", TINY, "-p", "Café ☕", "-n", 2, "--json", env={"PYTHONIOENCODING": "ascii"})
     assert r.returncode == 0 and b"Traceback" not in r.stderr
     json.loads(r.stdout.decode("utf-8"))
+
+
+def test_override_tensor_to_cpu_is_accepted_and_changes_nothing():
+    """-ot PATTERN=CPU: a CPU build's only buffer type, whose weights llama.cpp still repacks (llama_model_loader):
+    the same text, with a note; another buffer type or a value without '=' is refused as llama.cpp refuses it."""
+    plain = _run("decode", "-m", TINY, "-p", "Hello", "-n", 4)
+    r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 4, "-ot", "ffn_.*=CPU,attn_q=CPU")
+    assert r.exit_code == 0 and r.stdout == plain.stdout and "note: -ot is ignored" in r.stderr
+    for value, needle in (("ffn_.*=CUDA0", "unknown buffer type"), ("ffn_", "invalid value"),
+                          ("ffn_[=CPU", "invalid regular expression")):
+        r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 4, "-ot", value)
+        assert r.exit_code == 2 and needle in r.stderr

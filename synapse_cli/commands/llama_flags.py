@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 import numpy as np
 
@@ -406,14 +408,14 @@ IGNORED = {
 UNSUPPORTED = {
     "-cnv", "--conversation", "-st", "--single-turn", "-sys", "--system-prompt", "-sysf", "--system-prompt-file",
     "-i", "--interactive", "-if", "--interactive-first", "-r", "--reverse-prompt", "--jinja", "--chat-template",
-    "-sp", "--special", "-mli", "--multiline-input", "--in-prefix-bos",
-    "--chat-template-file", "-s", "--seed", "--top-k", "--top-p", "--min-p", "--typical", "--repeat-penalty",
-    "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--mirostat", "--samplers", "-l",
-    "--logit-bias", "-np", "--parallel", "-cb", "--cont-batching", "-nkvo", "--no-kv-offload", "-ot",
-    "--override-tensor", "-cmoe", "-ncmoe", "--lora", "--control-vector", "-md", "--model-draft", "-hf", "-hfr",
-    "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "-gan", "-gaw", "--color", "-co",
-    "--in-prefix", "--in-suffix", "--override-kv", "--numa", "-C", "-Cr", "--cpu-mask", "--prio", "--poll",
-    "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--context-shift", "--spm-infill",
+    "-sp", "--special", "-mli", "--multiline-input", "--in-prefix-bos", "--chat-template-file", "-s", "--seed",
+    "--top-k", "--top-p", "--min-p", "--typical", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
+    "--frequency-penalty", "--mirostat", "--samplers", "-l", "--logit-bias", "-np", "--parallel", "-cb",
+    "--cont-batching", "-nkvo", "--no-kv-offload", "-cmoe", "-ncmoe", "--lora", "-md", "--model-draft", "-hf",
+    "-hfr", "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "-gan", "-gaw",
+    "--color", "-co", "--in-prefix", "--in-suffix", "--override-kv", "--numa", "-C", "-Cr", "--cpu-mask", "--prio",
+    "--poll", "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--spm-infill", "--prompt-cache",
+    "--prompt-cache-all", "--prompt-cache-ro", "--lora-scaled",
 }
 
 
@@ -426,7 +428,29 @@ def ignored_llama_options(f):
                        err=True)
         return value
 
+    def override_tensor(ctx, param, values):
+        """-ot PATTERN=BUFT,...: parse_tensor_buffer_overrides's checks. A CPU build's only buffer type is CPU, and a
+        weight overridden to it still gets the extra (repacked) buffer types (llama_model_loader): nothing changes."""
+        for value in values or ():
+            for item in value.split(","):
+                pattern, eq, buft = item.partition("=")
+                if not eq:
+                    raise click.BadParameter("invalid value", param=param)
+                if buft != "CPU":
+                    raise click.BadParameter(f"unknown buffer type {buft!r} (available buffer types: CPU)",
+                                             param=param)
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    raise click.BadParameter(f"invalid regular expression {pattern!r}: {e}", param=param) from None
+        if values:
+            click.echo("note: -ot is ignored (CPU is the only buffer type, and weights overridden to it are still "
+                       "repacked, as in llama.cpp)", err=True)
+
     defined = {o for p in getattr(f, "__click_params__", []) for o in p.opts}  # a command's real option wins
+    if not defined & {"-ot", "--override-tensor"}:
+        f = click.option("-ot", "--override-tensor", "ignored_override_tensor", multiple=True, hidden=True,
+                         callback=override_tensor, expose_value=False)(f)
     for names, (takes_value, _) in IGNORED.items():
         if defined & set(names):
             continue
