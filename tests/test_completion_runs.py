@@ -31,6 +31,22 @@ def _args(rec) -> list[str]:
     return args + ["--llama-batch-order"]
 
 
+def _write_gguf(path, arch: str, strings: dict, tensors) -> str:
+    """A small GGUF written with gguf-py (an adapter or control vector file for the checks below)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in strings.items():
+        w.add_string(key, value)
+    for name, arr in tensors:
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
 def test_decode_prints_llama_completions_stdout(case, monkeypatch):
     from click.testing import CliRunner
@@ -122,18 +138,10 @@ def test_control_vector_layer_range_and_bad_files(tmp_path):
     assert run(*args, "--control-vector-layer-range", "1", "1")[1] == want
     assert run(*args, "--control-vector-layer-range", "2", "2")[1] == run(*plain)[1] != want
 
-    import gguf
     import numpy as np
 
     def cvec(name, tensors):
-        w = gguf.GGUFWriter(str(tmp_path / name), "controlvector")
-        for tname, arr in tensors:
-            w.add_tensor(tname, arr)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        return str(tmp_path / name)
+        return _write_gguf(tmp_path / name, "controlvector", {}, tensors)
 
     v = np.ones(256, np.float32)
     for f, needle in ((cvec("zero.gguf", [("direction.0", v)]), "invalid (zero) direction tensor layer index"),
@@ -153,7 +161,6 @@ def test_lora_files_llama_cpp_refuses_are_one_error_line(tmp_path):
     a scale of 0 and --lora-init-without-apply load the adapter but print the text without it."""
     from click.testing import CliRunner
 
-    import gguf
     import numpy as np
 
     from synapse_cli.cli import cli
@@ -169,16 +176,8 @@ def test_lora_files_llama_cpp_refuses_are_one_error_line(tmp_path):
         return r.exit_code, r.stdout_bytes, r.stderr
 
     def lora(name, tensors, arch="llama", general_type="adapter", adapter_type="lora"):
-        w = gguf.GGUFWriter(str(tmp_path / name), arch)
-        w.add_string("general.type", general_type)
-        w.add_string("adapter.type", adapter_type)
-        for tname, arr in tensors:
-            w.add_tensor(tname, arr)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        return str(tmp_path / name)
+        return _write_gguf(tmp_path / name, arch, {"general.type": general_type, "adapter.type": adapter_type},
+                           tensors)
 
     a, b = np.ones((4, 256), np.float32), np.ones((256, 4), np.float32)  # attn_q's lora_a [256, 4], lora_b [4, 256]
     q = [("blk.0.attn_q.weight.lora_a", a), ("blk.0.attn_q.weight.lora_b", b)]
