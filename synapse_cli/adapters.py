@@ -31,8 +31,10 @@ class ControlVectorSpec:
     layer_end: int = -1
 
 
-def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
-    """common_control_vector_load_one -> (n_embd, data (n_embd * max layer,) float32, layer 1 at [0])."""
+def _load_one(path: str, strength: float, n_layer: int) -> tuple[int, dict[int, np.ndarray]]:
+    """common_control_vector_load_one -> (n_embd, {layer: (n_embd,) float32}): llama.cpp's buffer of n_embd floats
+    per layer from 1, kept here for the layers below n_layer only (the others are never applied; a file naming
+    layer 10**9 must not allocate for it)."""
     from kernels.ggml_type import GGMLType
     from kernels.gguf import GGUFError, GGUFReader
 
@@ -43,7 +45,7 @@ def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
     with reader:
         if not reader.tensors:
             raise SynapseError(f"no direction tensors found in {path}")
-        n_embd, data = -1, np.zeros(0, np.float32)
+        n_embd, data = -1, {}
         for t in reader.tensors:
             prefix, _, rest = t.name.partition(".")
             m = re.match(r"\s*[+-]?\d+", rest) if prefix == "direction" else None  # (std::stoi)
@@ -60,37 +62,34 @@ def _load_one(path: str, strength: float) -> tuple[int, np.ndarray]:
                 n_embd = t.n_elements
             elif t.n_elements != n_embd:
                 raise SynapseError(f"direction tensor in {path} does not match previous dimensions")
-            if len(data) < n_embd * layer:
-                data = np.concatenate([data, np.zeros(n_embd * layer - len(data), np.float32)])
-            src = t.data.view(np.float32)
-            dst = data[n_embd * (layer - 1): n_embd * layer]
-            dst += src * np.float32(strength)  # (float arithmetic; several directions of a layer add up)
+            if layer < n_layer:
+                dst = data.setdefault(layer, np.zeros(n_embd, np.float32))
+                dst += t.data.view(np.float32) * np.float32(strength)  # (float; a layer's directions add up)
         return n_embd, data
 
 
 def control_vectors(spec: ControlVectorSpec, n_layer: int, n_embd: int) -> list[np.ndarray | None]:
     """common_control_vector_load + llama_adapter_cvec::apply -> per layer il the (n_embd,) float32 direction
     block il adds to its output, or None. A layer in the range without data in the files adds zeros, as there."""
-    total_embd, total = -1, np.zeros(0, np.float32)
+    total_embd, total = -1, {}
     for path, strength in spec.files:
-        e, data = _load_one(path, strength)
-        if total_embd == -1:
-            total_embd, total = e, data
-            continue
-        if e != total_embd:
+        e, data = _load_one(path, strength, n_layer)
+        if total_embd not in (-1, e):
             raise SynapseError(f"control vectors in {path} does not match previous dimensions")
-        if len(total) < len(data):
-            total = np.concatenate([total, np.zeros(len(data) - len(total), np.float32)])
-        total[: len(data)] += data
+        total_embd = e
+        for layer, v in data.items():  # result.data[i] += cur.data[i]
+            if layer in total:
+                total[layer] += v
+            else:
+                total[layer] = v
     if total_embd != n_embd:
         raise SynapseError("control vector n_embd does not match model")
     start = spec.layer_start if spec.layer_start > 0 else 1
     end = spec.layer_end if spec.layer_end > 0 else n_layer
     out: list[np.ndarray | None] = [None] * n_layer
     for il in range(1, n_layer):
-        if start <= il <= end:
-            off = n_embd * (il - 1)
-            out[il] = total[off: off + n_embd].copy() if off + n_embd <= len(total) else np.zeros(n_embd, np.float32)
+        if start <= il <= end:  # (a layer in the range without data adds zeros, as there)
+            out[il] = total.get(il, np.zeros(n_embd, np.float32))
     return out
 
 

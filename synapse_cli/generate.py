@@ -100,11 +100,13 @@ class ContextLimit:
     ga_i: int = 0  # self-extend: the positions grouped so far
 
     def __post_init__(self):
-        if self.ga_n != 1:  # llama-completion's GGML_ASSERTs
+        if self.ga_n != 1:  # llama-completion's GGML_ASSERTs (and a width it would divide by zero with)
             if self.ga_n <= 0:
                 raise SynapseError("grp_attn_n must be positive")
             if self.ga_w % self.ga_n:
                 raise SynapseError("grp_attn_w must be a multiple of grp_attn_n")
+            if self.ga_w <= 0:
+                raise SynapseError("grp_attn_w must be positive")
 
     def resolve(self, prompt_ids: list[int], add_bos: bool) -> None:
         """Start of a generation: n_keep against the first prompt (-1 or more than the prompt keeps it all, else

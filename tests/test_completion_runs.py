@@ -154,6 +154,9 @@ def test_control_vector_layer_range_and_bad_files(tmp_path):
         assert code == 1 and needle in err and len(err.strip().splitlines()) == 1, err
     code, _, err = run(*plain, "--control-vector-scaled", path)  # no :SCALE
     assert code == 2 and "FNAME:SCALE" in err
+    # a direction for layer 10**9: llama.cpp's buffer would grow to it; no such layer is applied, nothing allocated
+    far = cvec("far.gguf", [("direction.1000000000", v)])
+    assert run(*plain, "--control-vector", far)[1] == run(*plain)[1]
 
 
 def test_lora_files_llama_cpp_refuses_are_one_error_line(tmp_path):
@@ -226,3 +229,15 @@ def test_no_repack_loads_every_weight_as_stored():
         logits[repack] = ctx.decode(np.arange(1, 40), all_logits=True)
     assert not np.array_equal(logits[True], logits[False])
     assert np.abs(logits[True] - logits[False]).max() < 0.05  # (the same model: last-bit differences, grown)
+
+
+@pytest.mark.parametrize("flags,needle", [(["-gan", "0"], "grp_attn_n must be positive"),
+                                          (["-gan", "4", "-gaw", "6"], "grp_attn_w must be a multiple of grp_attn_n"),
+                                          (["-gan", "2", "-gaw", "0"], "grp_attn_w must be positive")])
+def test_self_extend_settings_llama_cpp_asserts_are_one_error_line(flags, needle):
+    from click.testing import CliRunner
+
+    from synapse_cli.cli import cli
+
+    r = CliRunner().invoke(cli, ["decode", "-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "Hi", "-n", "2", *flags])
+    assert r.exit_code == 1 and r.stderr.strip() == f"Error: {needle}"
