@@ -124,8 +124,8 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
             embd_inp = [vocab.bos_id]
         else:
             raise SynapseError("input is empty")
-    if len(embd_inp) > ctx.n_ctx - 4:
-        raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx - 4})")
+    if len(embd_inp) > ctx.n_ctx_total - 4:
+        raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx_total - 4})")
     result.prompt_ids = list(embd_inp)
     p.limit.resolve(embd_inp, vocab.add_bos)
     if p.verbose_prompt:
@@ -167,8 +167,8 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                     is_interacting = True
                     need_insert_eot = True
             if embd:
-                if len(embd) > ctx.n_ctx - 4:
-                    embd = embd[: ctx.n_ctx - 4]
+                if len(embd) > ctx.n_ctx_total - 4:
+                    embd = embd[: ctx.n_ctx_total - 4]
                 stop = p.limit.make_room(ctx, len(embd), p.n_predict)
                 if stop is not None:
                     result.stop = stop

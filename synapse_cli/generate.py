@@ -118,7 +118,7 @@ class ContextLimit:
         """Before decoding n_tokens at ctx.n_past: None to go on (after a shift or self-extend's grouping, which
         move ctx.n_past back), or the stop reason: "ctx" (full, no context shift) or "ctx_n_predict" (-n -2)."""
         if self.ga_n == 1:
-            if ctx.n_past + n_tokens < ctx.n_ctx:
+            if ctx.n_past + n_tokens < ctx.n_ctx_total:
                 return None
             if not self.ctx_shift:
                 return "ctx"
@@ -165,8 +165,8 @@ def check_prompt(ctx: Context, prompt_ids: list[int]) -> None:
     """llama-completion's checks before anything is printed: a prompt, and room for it in the context."""
     if not prompt_ids:
         raise SynapseError("input is empty")
-    if len(prompt_ids) > ctx.n_ctx - 4:
-        raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx - 4})")
+    if len(prompt_ids) > ctx.n_ctx_total - 4:
+        raise SynapseError(f"prompt is too long ({len(prompt_ids)} tokens, max {ctx.n_ctx_total - 4})")
 
 
 def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: bool) -> int:

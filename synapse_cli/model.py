@@ -306,13 +306,21 @@ class Context:
     def __init__(self, model: Model, n_ctx: int = 4096, n_batch: int = 2048, n_ubatch: int = 512,
                  cache_type_k: str = "f16", cache_type_v: str = "f16", n_threads: int | None = None,
                  batch_invariant: bool = True, flash_attn: bool = True, batched_kernels: bool = False,
-                 rope: RopeParams | None = None):
+                 rope: RopeParams | None = None, n_seq_max: int = 1, kv_unified: bool = False):
         hp = model.hparams if rope is None else with_rope(model.hparams, rope)  # rope: the --rope-*/--yarn-* flags
         if n_ctx <= 0:
             n_ctx = hp.n_ctx_train
         from kernels.attention import N_KV_PAD
 
         n_ctx = -(-n_ctx // N_KV_PAD) * N_KV_PAD  # llama_context pads n_ctx to a multiple of 256
+        if not 1 <= n_seq_max <= 256:
+            raise ModelError("n_seq_max must be <= 256" if n_seq_max > 256 else "n_seq_max must be >= 1")
+        # n_ctx_total: llama_n_ctx, what llama-completion checks prompts and a full context against; with -np N
+        # (and no unified cache) each sequence's cache has n_ctx / N cells (padded), this one sequence's included
+        self.n_ctx_total = n_ctx
+        if n_seq_max > 1 and not kv_unified:
+            n_ctx = -(-(n_ctx // n_seq_max) // N_KV_PAD) * N_KV_PAD  # n_ctx_seq
+            self.n_ctx_total = n_ctx * n_seq_max
         check_cache_types(cache_type_k, cache_type_v, flash_attn, hp.n_embd_head)
         check_cache_memory(hp, n_ctx, cache_type_k, cache_type_v)
         self.model = model

@@ -125,10 +125,12 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
                  n_threads: int | None = None, cache_type_k: str = "f16", cache_type_v: str = "f16",
                  show_progress: bool = True, warmup: bool = True, batch_invariant: bool = True,
                  flash_attn: bool = True, batched_kernels: bool = False, load_mode: str = "auto",
-                 rope=None, kv_overrides=None, control_vectors=None, loras=None, repack: bool = True) -> Session:
+                 rope=None, kv_overrides=None, control_vectors=None, loras=None, repack: bool = True,
+                 n_seq_max: int = 1, kv_unified: bool = False) -> Session:
     """Load a model, its tokenizer and a context, and warm the kernels up. rope: the --rope-*/--yarn-* flags'
     RopeParams; kv_overrides: --override-kv's; control_vectors: a ControlVectorSpec; loras: ((file, scale) list,
-    apply) of --lora/--lora-scaled (synapse_cli/adapters.py); repack: False for -nr/--no-repack."""
+    apply) of --lora/--lora-scaled (synapse_cli/adapters.py); repack: False for -nr/--no-repack; n_seq_max,
+    kv_unified: -np and -kvu (the one sequence's share of the cache)."""
     t0 = time.perf_counter()
     from tokenizer import load_tokenizer
 
@@ -138,7 +140,8 @@ def open_session(model_path: str, *, n_ctx: int = 0, n_batch: int = 2048, n_ubat
     tok = load_tokenizer(model.reader)
     ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, cache_type_k=cache_type_k,
                   cache_type_v=cache_type_v, n_threads=n_threads, batch_invariant=batch_invariant,
-                  flash_attn=flash_attn, batched_kernels=batched_kernels, rope=rope)
+                  flash_attn=flash_attn, batched_kernels=batched_kernels, rope=rope, n_seq_max=n_seq_max,
+                  kv_unified=kv_unified)
     if warmup:
         warm_up(ctx, show_progress, helper, batch_pending)
     if control_vectors is not None:

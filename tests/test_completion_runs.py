@@ -61,7 +61,7 @@ def test_decode_prints_llama_completions_stdout(case, monkeypatch):
         r = CliRunner().invoke(cli, ["decode", *_args(rec)], input=rec["stdin"].encode())
     finally:
         config.set_num_threads(threads)
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == (1 if rec.get("returncode") else 0), r.stderr  # (a run llama.cpp ends with an error)
     assert r.stdout_bytes == rec["stdout"].encode("utf-8", "surrogateescape")
     if "stderr_lines" in rec:  # --verbose-prompt's log
         assert "\n".join(rec["stderr_lines"]).encode("utf-8", "surrogateescape") in r.stderr_bytes

@@ -68,6 +68,9 @@ def default_threads() -> int:
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
 @click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
 @click.option("-t", "--threads", default=None, type=int, help="Threads (default: available CPUs).")
+@click.option("-np", "--parallel", "n_parallel", default=1, show_default=True, metavar="N",
+              help="Sequences the context is made for (llama.cpp's n_seq_max): without -kvu, this one sequence's "
+                   "cache holds only n_ctx / N cells, while llama-completion still checks against n_ctx.")
 @cache_type_options
 @sampling_options
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-generation tokens (logit bias -inf).")
@@ -128,6 +131,7 @@ def default_threads() -> int:
                    "formatter for the detected template (llama-completion's default).")
 @click.option("--json", "json_output", is_flag=True, help="Print one JSON object with ids, text, stop reason and timings.")
 def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, batch_size, ubatch_size, threads,
+            n_parallel,
             cache_type_k, cache_type_v, ignore_eos, escape, display_prompt, context_shift, n_keep, ga_n, ga_w,
             reverse_prompts, special, color,
             verbose_prompt,
@@ -183,7 +187,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                         batch_invariant=not llama_batch_order, flash_attn=resolve_flash_attn(flash_attn),
                         load_mode=announce_load_mode(load_mode), rope=rope_params(),
                         kv_overrides=kv_overrides(), control_vectors=control_vector_spec(),
-                        loras=lora_spec(), repack=repack_setting())
+                        loras=lora_spec(), repack=repack_setting(), n_seq_max=n_parallel)
     # (llama-completion logs "Flash Attention enabled" only with -v: nothing said here)
     hp = sess.ctx.hp
     if sess.ctx.n_ctx > hp.n_ctx_train:  # llama_context's warning
@@ -191,9 +195,9 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                    "context overflow", err=True)
     from ..hparams import n_ctx_train_after_yarn
 
-    if sess.ctx.n_ctx > n_ctx_train_after_yarn(hp):  # llama-completion's (after a custom YaRN scaling's adjustment)
+    if sess.ctx.n_ctx_total > n_ctx_train_after_yarn(hp):  # llama-completion's (after a custom YaRN scaling's adjustment)
         click.echo(f"llama_completion: model was trained on only {n_ctx_train_after_yarn(hp)} context tokens "
-                   f"({sess.ctx.n_ctx} specified)", err=True)
+                   f"({sess.ctx.n_ctx_total} specified)", err=True)
     tok = sess.tokenizer
     sampler = None
     if sampling_given(sampling_opts):

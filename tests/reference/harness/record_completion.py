@@ -6,7 +6,8 @@ STDIN is the text piped to llama-completion (may be empty; escapes such as \n pr
 Run from tests/reference. stdout is stored as text, bytes that are no UTF-8 as surrogate escapes (read it back with
 .encode("utf-8", "surrogateescape")). With STDERR_FROM=<text>, the stderr lines from the first one holding <text> up
 to the next empty line are kept too ("stderr_lines", without llama.cpp's log timestamps); STDERR_LINES=<n> keeps at
-most n of them.
+most n of them. With EXPECT_FAIL=1 the run must fail (llama-completion's "failed to eval": exit 1), and its exit code
+is kept ("returncode").
 """
 
 import json
@@ -20,8 +21,10 @@ args = sys.argv[sys.argv.index("--") + 1:]
 env = {**os.environ, "LD_PRELOAD": os.environ["EXIT_DELAY"]}
 p = subprocess.run([os.path.join(os.environ["LLAMA_BIN"], "llama-completion"), *args], input=stdin.encode(),
                    capture_output=True, env=env)
-assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+assert (p.returncode != 0) == bool(os.environ.get("EXPECT_FAIL")), p.stderr.decode(errors="replace")[-2000:]
 rec = {"args": args, "stdin": stdin, "stdout": p.stdout.decode("utf-8", "surrogateescape")}
+if p.returncode:
+    rec["returncode"] = p.returncode
 if os.environ.get("STDERR_FROM"):
     lines = [re.sub(r"^\d+\.\d+\.\d+\.\d+ [IWE] ", "", line)
              for line in p.stderr.decode("utf-8", "surrogateescape").split("\n")]
