@@ -571,12 +571,14 @@ def n_kv_padded(n_kv, n_ctx):
 
 @jit
 def _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
-                    want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm):
-    """The query heads of KV head g for tokens t0..t1-1."""
+                    want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm, kq_in):
+    """The query heads of KV head g for tokens t0..t1-1 (kq_in (H, T, >= n_eff): the kq products given, for a
+    quantized K cache; else of size 0)."""
     T, H, D = q.shape
     G = k_cache.shape[1]
     gqa = H // G
-    if not kq_gemm and not kqv_gemm and _fast_ok(q, k_cache, v_cache, out, n_eff):
+    given = kq_in.size > 0
+    if not given and not kq_gemm and not kqv_gemm and _fast_ok(q, k_cache, v_cache, out, n_eff):
         _fast_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out, want_kq,
                    want_sm, n_eff, g, g + 1, t0, t1)
         return
@@ -601,12 +603,16 @@ def _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out
     for t in range(t0, t1):
         qp = q_pos[t]
         for h in range(g * gqa, (g + 1) * gqa):
-            for d in range(D):
-                qv[d] = round_operand(k_cache, q[t, h, d])
-            if batch:
-                _kq_row_window(kt, qv, n_eff, kq_gemm, f16, wp, acc)
+            if given:
+                for c in range(n_eff):
+                    wp[c] = kq_in[h, t, c]
             else:
-                _kq_row_direct(k_cache, g, qv, n_eff, wp, acc)
+                for d in range(D):
+                    qv[d] = round_operand(k_cache, q[t, h, d])
+                if batch:
+                    _kq_row_window(kt, qv, n_eff, kq_gemm, f16, wp, acc)
+                else:
+                    _kq_row_direct(k_cache, g, qv, n_eff, wp, acc)
             if want_kq:
                 for c in range(n_eff):
                     kq_out[h, t, c] = wp[c]
@@ -632,7 +638,8 @@ def _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out
 
 
 @pjit
-def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, kq_soft_max_out, batch_paths):
+def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, kq_soft_max_out, batch_paths,
+               kq_in):
     T, H, D = q.shape
     want_kq = kq_out.size > 0  # an absent trace is an empty array (one compiled version, not four)
     want_sm = kq_soft_max_out.size > 0
@@ -657,10 +664,12 @@ def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, 
     if not want_kq and not want_sm and n_pad % 64 == 0:
         n_eff = ((n_kv + 63) // 64) * 64
     f16 = cache_is_f16(k_cache)
-    kq_gemm = batch_paths and T >= 2 and f16 and D % 16 == 0 and n_pad % 4 == 0
+    if kq_in.size > 0 and (kq_in.shape[0] != H or kq_in.shape[1] != T or kq_in.shape[2] < n_eff):
+        raise ValueError("attention: kq_in must be (n_head, T, n_kv_padded)")
+    kq_gemm = batch_paths and T >= 2 and f16 and D % 16 == 0 and n_pad % 4 == 0 and kq_in.size == 0
     kqv_gemm = batch_paths and T >= 2 and n_pad % 16 == 0 and D % 4 == 0
     scale = np.float32(kq_scale)
-    if T == 1 and _fast_ok(q, k_cache, v_cache, out, n_eff):
+    if T == 1 and kq_in.size == 0 and _fast_ok(q, k_cache, v_cache, out, n_eff):
         if G > 1 and H * n_eff * D * 4 >= DECODE_PARALLEL_MIN_FLOPS:
             for g in prange(G):
                 _fast_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
@@ -677,18 +686,18 @@ def _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out, 
             t0 = (it // G) * TOKENS_PER_ITEM
             t1 = min(T, t0 + TOKENS_PER_ITEM)
             _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
-                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm)
+                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm, kq_in)
     else:
         for it in range(n_items):
             g = it % G
             t0 = (it // G) * TOKENS_PER_ITEM
             t1 = min(T, t0 + TOKENS_PER_ITEM)
             _attention_item(q, k_cache, v_cache, n_kv, kv_pos, q_pos, scale, out, kq_out, kq_soft_max_out,
-                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm)
+                            want_kq, want_sm, g, t0, t1, n_eff, kq_gemm, kqv_gemm, kq_in)
 
 
 def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=None, kq_soft_max_out=None,
-              batch_paths=True):
+              batch_paths=True, kq_in=None):
     """Causal self-attention of T query tokens over the first n_kv cache cells (llama.cpp, no flash attn).
 
     q: f32 (T, n_head, hd) (after RoPE and any temperature scaling); k_cache (n_ctx, n_head_kv, hd) and
@@ -699,10 +708,13 @@ def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=No
     `kq-<il>` / `kq_soft_max-<il>` nodes (kq raw, before scale and mask); they cost nothing when None.
     batch_paths: True follows llama.cpp exactly (batches of >= 2 tokens sum in tinyBLAS order, single
     tokens in ggml_vec_dot order, so a token's result depends on its batch); False uses the single-token
-    order for every batch, which makes prefill in any split bit-identical to token-by-token decoding."""
+    order for every batch, which makes prefill in any split bit-identical to token-by-token decoding.
+    kq_in: f32 (n_head, T, n_kv_padded) the kq products computed elsewhere (a quantized K cache: the model's
+    quantized products, Context.quantized_kq); k_cache then only gives its shape and V's type."""
     # one compiled kernel per cache type: an absent trace is passed as an empty array (and this wrapper is not
     # jitted: a jitted one re-optimises the whole kernel per signature, ~8 s of LLVM each)
     empty = np.empty((0, 0, 0), np.float32)
     kq = empty if kq_out is None else kq_out
     sm = empty if kq_soft_max_out is None else kq_soft_max_out
-    _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq, sm, batch_paths)
+    _attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq, sm, batch_paths,
+               empty if kq_in is None else kq_in)

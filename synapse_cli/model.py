@@ -247,7 +247,8 @@ CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attenti
 
 def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int | None) -> None:
     """llama.cpp's rules for -ctk/-ctv (llama_init_from_model) and what synapse computes: without flash
-    attention f16 or f32, one type for both; with it any of kv_cache.KV_TYPES, K and V may differ."""
+    attention f16 or f32, one type for both, or any other K type (quantized, bf16) with an f16/f32 V; with it any
+    of kv_cache.KV_TYPES, K and V may differ."""
     from kernels.kv_cache import KV_TYPES, QUANTIZED
 
     for flag, t in (("-ctk", type_k), ("-ctv", type_v)):
@@ -256,15 +257,12 @@ def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int 
     if not flash_attn:
         if type_v in QUANTIZED:
             raise ModelError("quantized V cache requires flash_attn to be enabled")
-        if type_k not in CACHE_TYPES or type_v not in CACHE_TYPES:
-            raise ModelError(f"KV cache type {type_k}/{type_v} without flash attention is not supported yet "
-                             "(use -fa on, or f16/f32)")
-        if type_k != type_v:
-            raise ModelError("-ctk and -ctv must be the same type without flash attention")
-    else:
-        for which, t in (("K", type_k), ("V", type_v)):
-            if t in QUANTIZED and head_dim is not None and head_dim % 32:
-                raise ModelError(f"{which} cache type {t} with block size 32 does not divide n_embd_head={head_dim}")
+        if type_v not in CACHE_TYPES or (type_k in CACHE_TYPES and type_k != type_v):
+            raise ModelError(f"KV cache types {type_k}/{type_v} without flash attention are not supported yet "
+                             "(use -fa on, one type for both, or a quantized K cache with an f16/f32 V cache)")
+    for which, t in (("K", type_k), ("V", type_v)):
+        if t in QUANTIZED and head_dim is not None and head_dim % 32:
+            raise ModelError(f"{which} cache type {t} with block size 32 does not divide n_embd_head={head_dim}")
 
 
 def kv_cache_bytes(hp: HParams, n_ctx: int, cache_type_k: str, cache_type_v: str) -> int:
@@ -358,11 +356,11 @@ class Context:
         from kernels.kv_cache import QUANTIZED, ROT_SIZE_V, rot_size_k
 
         d = hp.n_embd_head
-        self.rot_k = rot_size_k(d) if flash_attn and cache_type_k in QUANTIZED and d % 64 == 0 else 0
+        self.rot_k = rot_size_k(d) if cache_type_k in QUANTIZED and d % 64 == 0 else 0  # (with or without FA)
         self.rot_v = ROT_SIZE_V if flash_attn and cache_type_v in QUANTIZED and d % 64 == 0 else 0
         self.k_cache = []
         self.v_cache = []
-        dtype = CACHE_TYPES.get(cache_type_k)
+        dtype = CACHE_TYPES.get(cache_type_v)  # (without flash attention V is F16 or F32; K may be quantized)
         from kernels.kv_cache import cell_array
 
         for _ in range(hp.n_layer):
@@ -372,7 +370,7 @@ class Context:
                 self.k_cache.append(cell_array(cache_type_k, n_ctx, hp.n_head_kv, hp.n_embd_head))
                 self.v_cache.append(cell_array(cache_type_v, n_ctx, hp.n_head_kv, hp.n_embd_head))
             else:
-                self.k_cache.append(np.zeros((n_ctx, hp.n_head_kv, hp.n_embd_head), dtype=dtype))  # (cell, head, dim)
+                self.k_cache.append(cell_array(cache_type_k, n_ctx, hp.n_head_kv, hp.n_embd_head))  # (cell, head, dim)
                 self.v_cache.append(np.zeros((hp.n_head_kv, hp.n_embd_head, n_ctx), dtype=dtype))  # V^T: (head, dim, cell)
         self.n_past = 0  # the next position; cells 0..n_past-1 hold positions 0..n_past-1 while cells is None
         # llama.cpp's cell placement once a context shift or self-extend moved positions (kv_cells.KVCells)
@@ -383,6 +381,7 @@ class Context:
         # LoRA adapters (synapse_cli/adapters.py): (adapter, scale) in the order the graph adds them, or None
         self.loras: list | None = None
         self._layer_list = None  # layer_list(): made on first use (False: not possible)
+        self._k_zero, self._k_zero_key = None, None  # (_k_stand_in)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
         self.t_prompt_ms = 0.0
@@ -724,7 +723,7 @@ class Context:
         Flash attention (kernels/flash_attn.py) or the soft-max graph (kernels/attention.py; kq, kq_sm
         (H, T, n_kv) receive its intermediate tensors when given)."""
         from kernels import kv_cache
-        from kernels.attention import attention, kv_store
+        from kernels.attention import kv_store
         from kernels.config import work_chunks
         from kernels.flash_attn import flash_attn_any, flash_attn_ext
 
@@ -738,21 +737,66 @@ class Context:
             else:
                 flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
         else:
-            kv_store(self.k_cache[il], self.v_cache[il], k_r, v3, cells)
+            k_cache = self.k_cache[il]
+            if self.cache_type in CACHE_TYPES:
+                kv_store(k_cache, self.v_cache[il], k_r, v3, cells)
+            else:  # a quantized (or BF16) K cache: its cells, then V^T's columns as kv_store writes them
+                kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], k_cache, k_r, cells)
+                v = v3.astype(np.float16).view(np.uint16) if self.v_cache[il].dtype == np.uint16 else v3
+                self.v_cache[il][:, :, cells] = v.transpose(1, 2, 0)
             if self.order == Order.BATCHED and q_r.shape[0] == 1:
                 # the batched kernels (from 2 rows) for a lone row: computed beside a copy of itself
                 q_r, pos = np.concatenate([q_r, q_r]), np.concatenate([pos, pos])
                 out2 = np.empty((2, kqv_out.shape[1]), np.float32)
                 kq2, sm2 = (None if a is None else np.empty((a.shape[0], 2, a.shape[2]), np.float32) for a in (kq, kq_sm))
-                attention(q_r, self.k_cache[il], self.v_cache[il], n_used, kv_pos, pos,
-                          hp.kq_scale, out2, kq2, sm2, True)
+                self._attend_softmax(il, q_r, n_used, kv_pos, pos, out2, kq2, sm2, True)
                 kqv_out[:] = out2[:1]
                 for a, a2 in ((kq, kq2), (kq_sm, sm2)):
                     if a is not None:
                         a[:] = a2[:, :1]
                 return
-            attention(q_r, self.k_cache[il], self.v_cache[il], n_used, kv_pos, pos,
-                      hp.kq_scale, kqv_out, kq, kq_sm, self.order != Order.SINGLE)
+            self._attend_softmax(il, q_r, n_used, kv_pos, pos, kqv_out, kq, kq_sm, self.order != Order.SINGLE)
+
+    def _attend_softmax(self, il: int, q_r, n_used: int, kv_pos, pos, out, kq, kq_sm, batch_paths: bool):
+        """The soft_max graph (kernels/attention.py). With a K cache of another type than V's F16/F32 (quantized,
+        BF16) its kq products are the model's matmul of that type (quantized_kq), handed to the kernel."""
+        from kernels.attention import attention, n_kv_padded
+
+        k_cache, v_cache = self.k_cache[il], self.v_cache[il]
+        kq_in = None
+        if self.cache_type not in CACHE_TYPES:
+            kq_in = self.quantized_kq(il, q_r, n_kv_padded(n_used, self.n_ctx))
+            k_cache = self._k_stand_in(v_cache.dtype)
+        attention(q_r, k_cache, v_cache, n_used, kv_pos, pos, self.hp.kq_scale, out, kq, kq_sm, batch_paths, kq_in)
+
+    def quantized_kq(self, il: int, q_r, n_kv: int) -> np.ndarray:
+        """kq = ggml_mul_mat(K view, Q) for a K cache of type ctk (n_kv cells, each KV head's rows a weight of that
+        type, never repacked: a cache buffer): q_r (T, H, D) -> (H, T, n_kv), in the context's order (vec_dot or,
+        for llama.cpp's batches, tinyBLAS)."""
+        from kernels.ggml_type import GGMLType
+        from kernels.matmul import Weight, matmul
+        from kernels.quants.base import repacking
+
+        T, H, D = q_r.shape
+        G = self.hp.n_head_kv
+        k = self.k_cache[il]
+        kq = np.empty((H, T, n_kv), np.float32)
+        with repacking(False):
+            for g in range(G):
+                w = Weight(GGMLType[self.cache_type.upper()], np.ascontiguousarray(k[:n_kv, g]).view(np.uint8).reshape(-1),
+                           D, n_kv)
+                for h in range(g * (H // G), (g + 1) * (H // G)):
+                    matmul(w, np.ascontiguousarray(q_r[:, h, :]), kq[h], self.order)
+        return kq
+
+    def _k_stand_in(self, dtype) -> np.ndarray:
+        """A zero K cache of V's type: the soft_max kernel's K argument when kq comes from quantized_kq (it reads
+        only its shape and type)."""
+        key = (self.n_ctx, dtype)
+        if self._k_zero_key != key:
+            self._k_zero = np.zeros((self.n_ctx, self.hp.n_head_kv, self.hp.n_embd_head), dtype)
+            self._k_zero_key = key
+        return self._k_zero
 
     def _kv_positions(self, n_used: int, n_kv: int) -> np.ndarray:
         """(n_kv,) int32: the position of each attended cell, -1 where it is empty (the mask's input); the same
@@ -831,6 +875,9 @@ class Context:
                            rotated if self.rot_k else None, rotated if self.rot_v else None,
                            (self.cache_type, self.cache_type_v))
             return
+        if self.cache_type not in CACHE_TYPES:
+            raise ModelError(f"a {self.cache_type} K cache without flash attention is not traced yet (use -fa on, or "
+                             "-ctk f16/f32)")
         k_all, v_flat, k_view, v_view = self.cache_views(il, n_kv)
         g.kv_store(il, k_r, v3, k_all, v_flat)
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
