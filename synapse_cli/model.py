@@ -247,8 +247,7 @@ CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attenti
 
 def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int | None) -> None:
     """llama.cpp's rules for -ctk/-ctv (llama_init_from_model) and what synapse computes: without flash
-    attention f16 or f32, one type for both, or any other K type (quantized, bf16) with an f16/f32 V; with it any
-    of kv_cache.KV_TYPES, K and V may differ."""
+    attention any K type with an f16/f32 V; with it any of kv_cache.KV_TYPES, K and V may differ."""
     from kernels.kv_cache import KV_TYPES, QUANTIZED
 
     for flag, t in (("-ctk", type_k), ("-ctv", type_v)):
@@ -257,9 +256,9 @@ def check_cache_types(type_k: str, type_v: str, flash_attn: bool, head_dim: int 
     if not flash_attn:
         if type_v in QUANTIZED:
             raise ModelError("quantized V cache requires flash_attn to be enabled")
-        if type_v not in CACHE_TYPES or (type_k in CACHE_TYPES and type_k != type_v):
-            raise ModelError(f"KV cache types {type_k}/{type_v} without flash attention are not supported yet "
-                             "(use -fa on, one type for both, or a quantized K cache with an f16/f32 V cache)")
+        if type_v not in CACHE_TYPES:
+            raise ModelError(f"a {type_v} V cache without flash attention is not supported yet (use -fa on, or "
+                             "-ctv f16/f32)")
     for which, t in (("K", type_k), ("V", type_v)):
         if t in QUANTIZED and head_dim is not None and head_dim % 32:
             raise ModelError(f"{which} cache type {t} with block size 32 does not divide n_embd_head={head_dim}")
@@ -738,9 +737,9 @@ class Context:
                 flash_attn_any(q_r, *self._fa_operands_any(il, n_kv), kv_pos, pos, hp.kq_scale, kqv_out)
         else:
             k_cache = self.k_cache[il]
-            if self.cache_type in CACHE_TYPES:
+            if self.cache_type == self.cache_type_v:
                 kv_store(k_cache, self.v_cache[il], k_r, v3, cells)
-            else:  # a quantized (or BF16) K cache: its cells, then V^T's columns as kv_store writes them
+            else:  # K of another type (quantized, bf16, or the other float): its cells, then V^T's columns
                 kv_cache.store(kv_cache.KV_TYPES[self.cache_type][0], k_cache, k_r, cells)
                 v = v3.astype(np.float16).view(np.uint16) if self.v_cache[il].dtype == np.uint16 else v3
                 self.v_cache[il][:, :, cells] = v.transpose(1, 2, 0)
@@ -759,12 +758,13 @@ class Context:
 
     def _attend_softmax(self, il: int, q_r, n_used: int, kv_pos, pos, out, kq, kq_sm, batch_paths: bool):
         """The soft_max graph (kernels/attention.py). With a K cache of another type than V's F16/F32 (quantized,
-        BF16) its kq products are the model's matmul of that type (quantized_kq), handed to the kernel."""
+        BF16, the other float) its kq products are the model's matmul of that type (quantized_kq), handed to the
+        kernel."""
         from kernels.attention import attention, n_kv_padded
 
         k_cache, v_cache = self.k_cache[il], self.v_cache[il]
         kq_in = None
-        if self.cache_type not in CACHE_TYPES:
+        if self.cache_type != self.cache_type_v:
             kq_in = self.quantized_kq(il, q_r, n_kv_padded(n_used, self.n_ctx))
             k_cache = self._k_stand_in(v_cache.dtype)
         attention(q_r, k_cache, v_cache, n_used, kv_pos, pos, self.hp.kq_scale, out, kq, kq_sm, batch_paths, kq_in)
@@ -875,9 +875,9 @@ class Context:
                            rotated if self.rot_k else None, rotated if self.rot_v else None,
                            (self.cache_type, self.cache_type_v))
             return
-        if self.cache_type not in CACHE_TYPES:
-            raise ModelError(f"a {self.cache_type} K cache without flash attention is not traced yet (use -fa on, or "
-                             "-ctk f16/f32)")
+        if self.cache_type != self.cache_type_v:
+            raise ModelError(f"a {self.cache_type} K cache with a {self.cache_type_v} V cache without flash attention "
+                             "is not traced yet (use -fa on, or one type for both)")
         k_all, v_flat, k_view, v_view = self.cache_views(il, n_kv)
         g.kv_store(il, k_r, v3, k_all, v_flat)
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)

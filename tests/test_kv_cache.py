@@ -51,7 +51,7 @@ def test_cache_type_rules():
     with pytest.raises(ModelError, match="quantized V cache requires flash_attn"):
         Context(model, n_ctx=256, cache_type_k="f16", cache_type_v="q8_0", flash_attn=False)
     with pytest.raises(ModelError, match="without flash attention"):
-        Context(model, n_ctx=256, cache_type_k="f32", cache_type_v="f16", flash_attn=False)
+        Context(model, n_ctx=256, cache_type_k="f32", cache_type_v="bf16", flash_attn=False)
     # a quantized K cache without flash attention: rotated as with it (llama_kv_cache's attn_rot_k), its kq
     # products the quantized matmul (llama-completion runs in tests/reference/runs: SmolLM2__fa_off_ctk_*)
     ctx = Context(model, n_ctx=256, cache_type_k="q8_0", cache_type_v="f16", flash_attn=False)
