@@ -710,7 +710,7 @@ def attention(q, k_cache, v_cache, n_kv, kv_pos, q_pos, kq_scale, out, kq_out=No
     tokens in ggml_vec_dot order, so a token's result depends on its batch); False uses the single-token
     order for every batch, which makes prefill in any split bit-identical to token-by-token decoding.
     kq_in: f32 (n_head, T, n_kv_padded) the kq products computed elsewhere (a quantized K cache: the model's
-    quantized products, Context.quantized_kq); k_cache then only gives its shape and V's type."""
+    quantized products, Context.kq_product); k_cache then only gives its shape and V's type."""
     # one compiled kernel per cache type: an absent trace is passed as an empty array (and this wrapper is not
     # jitted: a jitted one re-optimises the whole kernel per signature, ~8 s of LLVM each)
     empty = np.empty((0, 0, 0), np.float32)

@@ -758,18 +758,18 @@ class Context:
 
     def _attend_softmax(self, il: int, q_r, n_used: int, kv_pos, pos, out, kq, kq_sm, batch_paths: bool):
         """The soft_max graph (kernels/attention.py). With a K cache of another type than V's F16/F32 (quantized,
-        BF16, the other float) its kq products are the model's matmul of that type (quantized_kq), handed to the
+        BF16, the other float) its kq products are the model's matmul of that type (kq_product), handed to the
         kernel."""
         from kernels.attention import attention, n_kv_padded
 
         k_cache, v_cache = self.k_cache[il], self.v_cache[il]
         kq_in = None
         if self.cache_type != self.cache_type_v:
-            kq_in = self.quantized_kq(il, q_r, n_kv_padded(n_used, self.n_ctx))
+            kq_in = self.kq_product(il, q_r, n_kv_padded(n_used, self.n_ctx))
             k_cache = self._k_stand_in(v_cache.dtype)
         attention(q_r, k_cache, v_cache, n_used, kv_pos, pos, self.hp.kq_scale, out, kq, kq_sm, batch_paths, kq_in)
 
-    def quantized_kq(self, il: int, q_r, n_kv: int) -> np.ndarray:
+    def kq_product(self, il: int, q_r, n_kv: int) -> np.ndarray:
         """kq = ggml_mul_mat(K view, Q) for a K cache of type ctk (n_kv cells, each KV head's rows a weight of that
         type, never repacked: a cache buffer): q_r (T, H, D) -> (H, T, n_kv), in the context's order (vec_dot or,
         for llama.cpp's batches, tinyBLAS)."""
@@ -790,7 +790,7 @@ class Context:
         return kq
 
     def _k_stand_in(self, dtype) -> np.ndarray:
-        """A zero K cache of V's type: the soft_max kernel's K argument when kq comes from quantized_kq (it reads
+        """A zero K cache of V's type: the soft_max kernel's K argument when kq comes from kq_product (it reads
         only its shape and type)."""
         key = (self.n_ctx, dtype)
         if self._k_zero_key != key:
