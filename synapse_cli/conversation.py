@@ -106,9 +106,11 @@ class LoopParams:
 
 def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: LoopParams,
              write: Callable[[bytes], None], readline: Callable[[], str | None], result: ConversationResult,
-             process_escapes: Callable[[str], str], log: Callable[[bytes], None] = lambda line: None) -> None:
+             process_escapes: Callable[[str], str], log: Callable[[bytes], None] = lambda line: None,
+             cache=None) -> None:
     """Run the loop; stdout text goes through `write`, user lines come from `readline`. chat: a ChatSession
-    (conversation mode), or None for a raw prompt (-i / -if / --in-prefix ...)."""
+    (conversation mode), or None for a raw prompt (-i / -if / --in-prefix ...). cache: a --prompt-cache session
+    (prompt_cache.PromptCache, loaded: the prompt is matched against it here)."""
     vocab = tok.vocab
     if chat is not None:
         prompt_text, waiting = chat.start(system_prompt=system_prompt, prompt=prompt)
@@ -118,7 +120,10 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
         prompt_text, waiting = prompt, False
         interactive_first = p.interactive_first
         interactive = p.interactive or interactive_first
-    embd_inp = tok.encode(prompt_text, add_special=True, parse_special=True)
+    if cache is not None and cache.use_session_prompt(not prompt_text, interactive_first):
+        embd_inp = list(cache.tokens)  # (no prompt: the session's tokens are the prompt)
+    else:
+        embd_inp = tok.encode(prompt_text, add_special=True, parse_special=True)
     if not waiting and not embd_inp:
         if vocab.add_bos and not (chat is not None and chat.templates.use_jinja):
             embd_inp = [vocab.bos_id]
@@ -127,6 +132,8 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     if len(embd_inp) > ctx.n_ctx_total - 4:
         raise SynapseError(f"prompt is too long ({len(embd_inp)} tokens, max {ctx.n_ctx_total - 4})")
     result.prompt_ids = list(embd_inp)
+    if cache is not None:
+        cache.match(ctx, embd_inp, not prompt)
     p.limit.resolve(embd_inp, vocab.add_bos)
     if p.verbose_prompt:
         text = prompt.encode("utf-8", "surrogateescape") if isinstance(prompt, str) else prompt
@@ -144,7 +151,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     embd: list[int] = []
     last = None  # common_sampler_last: the last token the sampler accepted
     assistant = bytearray()
-    logits = None
+    logits = None if cache is None else cache.logits
     pending_prompt = chat is not None and bool(prompt_text)
 
     def accept(t, generated: bool):
@@ -169,13 +176,17 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
             if embd:
                 if len(embd) > ctx.n_ctx_total - 4:
                     embd = embd[: ctx.n_ctx_total - 4]
-                stop = p.limit.make_room(ctx, len(embd), p.n_predict)
+                stop = p.limit.make_room(ctx, len(embd), p.n_predict, cache)
                 if stop is not None:
                     result.stop = stop
                     break
-                n_past = ctx.n_past  # (moved back by a shift)
-                logits = ctx.decode(embd)
-                n_past += len(embd)
+                if cache is None:
+                    logits = ctx.decode(embd)
+                else:  # (a prefix the session holds is passed, not decoded)
+                    embd = cache.skip(embd)
+                    if embd:
+                        logits = cache.decode(ctx, embd, len(embd_inp) <= n_consumed)
+                n_past = ctx.n_past - (0 if cache is None else cache.pending())  # llama-completion's n_past
             embd = []
             if len(embd_inp) <= n_consumed and not is_interacting:
                 t = _pick_greedy(logits, vocab.is_eog, False) if sampler is None else sampler.sample(logits)
@@ -280,5 +291,8 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                 is_interacting = True
         else:
             result.stop = "reverse_prompt" if is_antiprompt else "limit"
+    result.undecoded = embd
+    if cache is not None:  # --prompt-cache-all: its line is on stdout
+        cache.finish(ctx, embd, write)
     write(b"\n\n")
     console.set_display("reset")  # (console::cleanup at exit)

@@ -57,6 +57,7 @@ class Generation:
     generated_ids: list[int] = field(default_factory=list)
     stop: str = "limit"  # eos | limit | ctx | ctx_n_predict | reverse_prompt | interrupted
     timings: Timings = field(default_factory=Timings)
+    undecoded: list[int] = field(default_factory=list)  # the tokens chosen last and never decoded (llama's embd)
 
 
 class ReversePrompts:
@@ -114,9 +115,17 @@ class ContextLimit:
         self.keep = len(prompt_ids) if self.n_keep < 0 or self.n_keep > len(prompt_ids) else self.n_keep + int(add_bos)
         self.ga_i = 0
 
-    def make_room(self, ctx: Context, n_tokens: int, n_predict: int) -> str | None:
+    def make_room(self, ctx: Context, n_tokens: int, n_predict: int, cache=None) -> str | None:
         """Before decoding n_tokens at ctx.n_past: None to go on (after a shift or self-extend's grouping, which
-        move ctx.n_past back), or the stop reason: "ctx" (full, no context shift) or "ctx_n_predict" (-n -2)."""
+        move ctx.n_past back), or the stop reason: "ctx" (full, no context shift) or "ctx_n_predict" (-n -2).
+        cache: the --prompt-cache session (prompt_cache.PromptCache), told of a shift; while a reused prompt
+        prefix is being passed llama-completion's n_past lags behind the cache by what is still to pass."""
+        lag = 0 if cache is None else cache.pending()
+        if lag:  # (only within the prompt, which leaves 4 cells free: no shift, no stop)
+            if self.ga_n != 1 and ctx.n_past - lag >= self.ga_i + self.ga_w:
+                raise SynapseError("self-extend (-gan) would group positions inside the prompt --prompt-cache "
+                                   "reuses: not supported")
+            return None
         if self.ga_n == 1:
             if ctx.n_past + n_tokens < ctx.n_ctx_total:
                 return None
@@ -129,6 +138,8 @@ class ContextLimit:
             ctx.seq_rm(n_keep, n_keep + n_discard)
             ctx.seq_add(n_keep + n_discard, n_past, -n_discard)
             ctx.n_past = n_past - n_discard
+            if cache is not None:
+                cache.context_shifted()
             return None
         ga_n, ga_w = self.ga_n, self.ga_w
         while ctx.n_past >= self.ga_i + ga_w:
@@ -182,14 +193,17 @@ def _pick_greedy(logits: np.ndarray, is_eog: Callable[[int], bool], ignore_eos: 
 
 def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callable[[int], bool],
              sampler=None, ignore_eos: bool = False, result: Generation | None = None,
-             reverse: ReversePrompts | None = None, limit: ContextLimit | None = None) -> Iterator[int]:
+             reverse: ReversePrompts | None = None, limit: ContextLimit | None = None,
+             cache=None) -> Iterator[int]:
     """Yield generated ids; fill `result` (stop reason, timings) as it goes.
 
     `sampler` is a `sampling.CommonSampler` (llama-completion's chain: it sees every prompt token, then picks
     and accepts each generated one) or None for greedy argmax. n_predict < 0 means no limit (until end of
     generation or a full context), as llama.cpp's -n -1. `reverse`: stop once the text ends in a reverse prompt
-    (checked after the prompt too, which may end in one: then nothing is generated). `limit`: what a full context
-    does (ContextLimit; by default generation stops, as llama-completion without --context-shift).
+    (checked before the prompt's last batch too, which may end in one: then that batch is not decoded and nothing
+    is generated). `limit`: what a full context does (ContextLimit; by default generation stops, as
+    llama-completion without --context-shift). `cache`: a prompt_cache.PromptCache already matched against the
+    prompt (its reused prefix is not decoded again).
     """
     g = result if result is not None else Generation(list(prompt_ids))
     check_prompt(ctx, prompt_ids)
@@ -198,21 +212,27 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
         return
     limit = limit if limit is not None else ContextLimit()
     t0 = time.perf_counter()
-    logits = None
-    for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
-        batch = prompt_ids[s : s + ctx.n_batch]
-        limit.make_room(ctx, len(batch), n_predict)  # (self-extend only: a prompt leaves 4 cells free)
-        logits = ctx.decode(batch)
+    logits = None if cache is None else cache.logits
     if sampler is not None:
         for t in prompt_ids:  # the prompt enters the penalties' and DRY's history
             sampler.accept(int(t))
+    for s in range(0, len(prompt_ids), ctx.n_batch):  # llama-completion feeds n_batch tokens per llama_decode
+        batch = prompt_ids[s : s + ctx.n_batch]
+        last = s + ctx.n_batch >= len(prompt_ids)
+        if last and reverse is not None:
+            reverse.prev.extend(int(t) for t in prompt_ids)
+            if reverse.found():  # (llama-completion stops before decoding this batch)
+                g.stop, g.undecoded = "reverse_prompt", list(batch)
+                return
+        limit.make_room(ctx, len(batch), n_predict, cache)  # (self-extend only: a prompt leaves 4 cells free)
+        if cache is not None:
+            batch = cache.skip(batch)
+            if batch:
+                logits = cache.decode(ctx, batch, last)
+        else:
+            logits = ctx.decode(batch)
     g.timings.prompt_eval_ms = (time.perf_counter() - t0) * 1e3
-    g.timings.n_prompt = len(prompt_ids)
-    if reverse is not None:
-        reverse.prev.extend(int(t) for t in prompt_ids)
-        if reverse.found():
-            g.stop = "reverse_prompt"
-            return
+    g.timings.n_prompt = len(prompt_ids) - (0 if cache is None else cache.n_match)
     n_gen = 0
     while True:
         if sampler is None:
@@ -223,19 +243,21 @@ def generate(ctx: Context, prompt_ids: list[int], n_predict: int, is_eog: Callab
             sampler.accept(tok, generated=True)
             g.timings.sample_ms += (time.perf_counter() - t1) * 1e3
         g.generated_ids.append(tok)
+        g.undecoded = [tok]
         n_gen += 1
         # the stop reason is set before the id is handed out: a caller that stops at an end-of-generation
         # token (and so never resumes this generator) still finds it
         if reverse is not None:
             reverse.prev.append(tok)
         stop = "eos" if is_eog(tok) else "reverse_prompt" if reverse is not None and reverse.found() else \
-            "limit" if 0 <= n_predict <= n_gen else limit.make_room(ctx, 1, n_predict)
+            "limit" if 0 <= n_predict <= n_gen else limit.make_room(ctx, 1, n_predict, cache)
         if stop is not None:
             g.stop = stop
         yield tok
         if stop is not None:
             return
         t1 = time.perf_counter()
-        logits = ctx.decode([tok])
+        logits = ctx.decode([tok]) if cache is None else cache.decode(ctx, [tok], True)
+        g.undecoded = []
         g.timings.eval_ms += (time.perf_counter() - t1) * 1e3
         g.timings.n_eval += 1

@@ -315,6 +315,8 @@ class Context:
         # n_ctx_total: llama_n_ctx, what llama-completion checks prompts and a full context against; with -np N
         # (and no unified cache) each sequence's cache has n_ctx / N cells (padded), this one sequence's included
         self.n_ctx_total = n_ctx
+        self.n_seq_max = n_seq_max
+        self.n_stream = 1 if kv_unified else n_seq_max  # llama_kv_cache's streams: one per sequence unless unified
         if n_seq_max > 1 and not kv_unified:
             n_ctx = -(-(n_ctx // n_seq_max) // N_KV_PAD) * N_KV_PAD  # n_ctx_seq
             self.n_ctx_total = n_ctx * n_seq_max
@@ -421,6 +423,12 @@ class Context:
         if self.cells is None:
             self.cells = KVCells(self.n_ctx, self.n_past)
         return self.cells
+
+    def seq_pos_max(self) -> int:
+        """llama_memory_seq_pos_max: the largest position the cache holds, -1 when empty."""
+        if self.cells is None:
+            return self.n_past - 1
+        return int(self.cells.pos.max()) if self.cells.used() else -1
 
     def seq_rm(self, p0: int, p1: int) -> None:
         """llama_memory_seq_rm(mem, 0, p0, p1): empty the cells of positions [p0, p1) (p1 < 0: to the end). The

@@ -66,6 +66,22 @@ def real_model():
     return real_model_path
 
 
+def completion_args(args: list[str]) -> list[str]:
+    """A recorded llama-completion command line (tests/reference/runs, prompt_cache) for `synapse decode`: -m
+    points at a model of tests/reference/models (a path starting with "models/"), else the fixtures' tiny model of
+    that name, else a real model of `make models` (or skip); --simple-io is how synapse always reads input (said on
+    stderr); --llama-batch-order for llama.cpp's batch orders of the prompt."""
+    args = list(args)
+    i = args.index("-m") + 1
+    name = Path(args[i]).name
+    ref = REPO / "tests" / "reference"
+    if (ref / args[i]).is_file() and args[i].startswith("models/"):
+        args[i] = str(ref / args[i])
+    else:
+        args[i] = str(TINY_MODELS / name if (TINY_MODELS / name).exists() else real_model_path(name))
+    return args + ["--llama-batch-order"]
+
+
 def spy_model_loads(monkeypatch) -> list:
     """The use_mmap argument of every Model.load from now on (the model still loads), in a list."""
     from synapse_cli.model import Model

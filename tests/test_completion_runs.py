@@ -12,23 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_MODELS, real_model_path
+from conftest import TINY_MODELS, completion_args
 
 REF = Path(__file__).resolve().parent / "reference"
 CASES = sorted((REF / "runs").glob("*.json"))
 
 
 def _args(rec) -> list[str]:
-    """llama-completion's arguments for synapse: the fixtures' model path; --simple-io is how synapse always
-    reads input (said on stderr); --llama-batch-order for llama.cpp's batch orders of the prompt."""
-    args = list(rec["args"])
-    i = args.index("-m") + 1
-    name = Path(args[i]).name
-    if (REF / args[i]).is_file() and args[i].startswith("models/"):  # a model of tests/reference/models
-        args[i] = str(REF / args[i])
-    else:  # the fixtures' tiny models, or a real model of `make models` (or skip)
-        args[i] = str(TINY_MODELS / name if (TINY_MODELS / name).exists() else real_model_path(name))
-    return args + ["--llama-batch-order"]
+    return completion_args(rec["args"])
 
 
 def _write_gguf(path, arch: str, strings: dict, tensors) -> str:

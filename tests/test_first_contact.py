@@ -36,7 +36,7 @@ def _one_clean_line(r, needle: str = ""):
 
 # --- llama.cpp command lines ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag", [["--spm-infill"], ["-md", "draft.gguf"], ["--prompt-cache", "x.bin"]])
+@pytest.mark.parametrize("flag", [["--spm-infill"], ["-md", "draft.gguf"], ["-hf", "user/model"]])
 def test_llama_cpp_options_synapse_lacks_are_named(flag):
     """click would read -np as -n p, -ot as -o t: they are refused by name instead."""
     r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 1, *flag)

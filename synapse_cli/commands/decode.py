@@ -99,6 +99,12 @@ def default_threads() -> int:
 @click.option("--in-prefix-bos", is_flag=True, help="Interactive: a BOS token before each user input.")
 @click.option("-mli", "--multiline-input", is_flag=True,
               help="Interactive: input lines continue until one ends in '\\' (or '/').")
+@click.option("--prompt-cache", "prompt_cache", default=None, metavar="FNAME",
+              help="llama.cpp's session file: the state after the prompt is saved there, and a later run whose prompt "
+                   "starts with the same tokens decodes only the rest (files are llama.cpp's, either tool reads them).")
+@click.option("--prompt-cache-all", is_flag=True,
+              help="With --prompt-cache: save the generated tokens too, at the end (not in interactive mode).")
+@click.option("--prompt-cache-ro", is_flag=True, help="With --prompt-cache: read the file, never update it.")
 @click.option("--llama-batch-order", is_flag=True,
               help="Compute prompt batches in llama.cpp's batch orders (tinyBLAS attention and F32/F16 products, the "
                    "repacked Q4_K gemm) instead of the batch-invariant single-token orders: prompt logits then "
@@ -136,7 +142,8 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
             reverse_prompts, special, color,
             verbose_prompt,
             interactive,
-            interactive_first, in_prefix, in_suffix, in_prefix_bos, multiline_input, llama_batch_order, flash_attn,
+            interactive_first, in_prefix, in_suffix, in_prefix_bos, multiline_input, prompt_cache, prompt_cache_all,
+            prompt_cache_ro, llama_batch_order, flash_attn,
             load_mode, conversation, single_turn, system_prompt, system_prompt_file, chat_template, chat_template_file,
             jinja, json_output, **sampling_opts):
     """Generate text from a prompt as llama-completion does.
@@ -164,6 +171,8 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                    "numba's maximum)", err=True)
     if ctx_size < 0:
         raise SynapseError(f"-c must be >= 0 (0: the model's training context), got {ctx_size}")
+    if prompt_cache_all and (interactive or interactive_first):  # (common/arg.cpp; -cnv passes)
+        raise SynapseError("--prompt-cache-all not supported in interactive mode yet")
     from ..model import check_cache_types
 
     check_cache_types(cache_type_k, cache_type_v, resolve_flash_attn(flash_attn), None)  # before loading
@@ -199,6 +208,13 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
         click.echo(f"llama_completion: model was trained on only {n_ctx_train_after_yarn(hp)} context tokens "
                    f"({sess.ctx.n_ctx_total} specified)", err=True)
     tok = sess.tokenizer
+    cache = None
+    if prompt_cache:
+        from ..prompt_cache import PromptCache
+
+        cache = PromptCache(prompt_cache, save_all=prompt_cache_all, read_only=prompt_cache_ro,
+                            log=(lambda line: None) if json_output else (lambda line: click.echo(line, err=True)))
+        cache.load(sess.ctx)
     sampler = None
     if sampling_given(sampling_opts):
         sampler = make_sampler(sess, sampling_params(sampling_opts, sess.model.reader, escape=escape), ignore_eos,
@@ -222,9 +238,14 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                           special=special, escape=escape, display_prompt=display_prompt,
                           verbose_prompt=verbose_prompt, color=color and not json_output, limit=limit)
         chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation else None
-        return _interactive(sess, text, chat, loop, sampler, json_output)
-    prompt_ids = tok.encode(text, add_special=True, parse_special=True)
+        return _interactive(sess, text, chat, loop, sampler, json_output, cache)
+    if cache is not None and cache.use_session_prompt(not text):
+        prompt_ids = list(cache.tokens)  # (no prompt: the session's tokens are the prompt)
+    else:
+        prompt_ids = tok.encode(text, add_special=True, parse_special=True)
     check_prompt(sess.ctx, prompt_ids)
+    if cache is not None:
+        cache.match(sess.ctx, prompt_ids, not text)
     limit.resolve(prompt_ids, tok.vocab.add_bos)
     if verbose_prompt:
         from ..generate import verbose_prompt_lines
@@ -251,7 +272,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     try:
         reverse = ReversePrompts(tok, reverse_prompts, interactive=False) if reverse_prompts else None
         for t in generate(sess.ctx, prompt_ids, n_predict, tok.vocab.is_eog, sampler, ignore_eos, result, reverse,
-                          limit):
+                          limit, cache):
             if tok.vocab.is_eog(t) and not ignore_eos and not special:  # (its piece: empty unless -sp)
                 break
             piece = tok.token_to_piece(t, special=special)
@@ -261,9 +282,11 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                 out.flush()
     except KeyboardInterrupt:
         result.stop = "interrupted"
+    if not json_output and result.stop == "eos":
+        out.write(b" [end of text]\n")
+    if cache is not None and result.stop != "interrupted":  # (--prompt-cache-all: its line is on stdout)
+        cache.finish(sess.ctx, result.undecoded, (lambda b: None) if json_output else out.write)
     if not json_output:
-        if result.stop == "eos":
-            out.write(b" [end of text]\n")
         out.write(b"\n\n")  # llama-completion ends its output so
         console.set_display("reset")  # (console::cleanup at exit: after -n 0, the prompt's color is still on)
         out.flush()
@@ -284,12 +307,14 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
         if sampler is not None:
             obj["sampling"] = {"seed": sampler.seed, "chain": sampler.describe().strip(),
                                "params": sampler.params.as_dict()}
+        if cache is not None:
+            obj["prompt_cache"] = cache.summary()
         print(json.dumps(obj, ensure_ascii=False))
     if result.stop == "interrupted":
         sys.exit(130)
 
 
-def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
+def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool, cache=None):
     """-cnv, -i, -if: llama-completion's interactive loop (synapse_cli.conversation) on stdout/stdin. chat: (system
     prompt, --chat-template, --chat-template-file, --jinja) in conversation mode, None for a raw prompt."""
     from ..chat import ChatSession, ChatTemplates
@@ -327,7 +352,7 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
     try:
         converse(sess.ctx, tok, session, system_prompt=system_prompt, prompt=prompt, sampler=sampler, p=loop,
                  write=write, readline=readline, result=result, process_escapes=process_escapes,
-                 log=lambda line: _BytesOut(sys.stderr).write(line + b"\n"))
+                 log=lambda line: _BytesOut(sys.stderr).write(line + b"\n"), cache=cache)
     except KeyboardInterrupt:
         result.stop = "interrupted"
     if json_output:
@@ -337,6 +362,8 @@ def _interactive(sess, text: bytes, chat, loop, sampler, json_output: bool):
         if sampler is not None:
             obj["sampling"] = {"seed": sampler.seed, "chain": sampler.describe().strip(),
                                "params": sampler.params.as_dict()}
+        if cache is not None:
+            obj["prompt_cache"] = cache.summary()
         print(json.dumps(obj, ensure_ascii=False))
     else:
         if result.stop in STOP_MESSAGES:
