@@ -44,7 +44,8 @@ def test_llama_cpp_options_synapse_lacks_are_named(flag):
 
 
 @pytest.mark.parametrize("flag", [["-ngl", "99"], ["-lv", "3"], ["--no-mmap"], ["-tb", "2"], ["-cmoe"],
-                                  ["--simple-io"], ["-v"], ["--no-warmup"]])
+                                  ["--simple-io"], ["-v"], ["--no-warmup"], ["-rea", "off"], ["--reasoning-budget", "0"],
+                                  ["-ctkd", "q8_0"]])
 def test_options_a_cpu_build_ignores_are_accepted_with_a_note(flag):
     r = _run("decode", "-m", TINY, "-p", "Hello", "-n", 1, *flag)
     assert r.exit_code == 0 and f"note: {flag[0]} is ignored" in r.stderr
