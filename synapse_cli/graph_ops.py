@@ -8,7 +8,7 @@ calls them, in two kinds:
   node to a `GraphTrace` (names, ops, sources and shapes of llama-eval-callback's log). It keeps the names of
   the tensors the next nodes read (the residual stream, the attention output).
 
-Both give the same bits (tests/test_evalcb_live.py compares traced and untraced logits). Arrays are numpy,
+Both give the same bits (tests/test_reference_llama.py compares traced and untraced logits, LoRA adapters on). Arrays are numpy,
 (tokens, features) unless said otherwise; every method writes into the `out` arrays it is given.
 """
 
@@ -87,31 +87,42 @@ class GraphOps:
 
     # --- input, norms, output
 
-    def embd(self, tokens, x):
+    def embd(self, tokens, x, keep: bool = False) -> list:
+        """build_inp_embd: the token rows, plus each adapter's B @ (A's rows), scaled; keep: return the adapters'
+        steps as lora() does."""
         self.ctx.model.tok_embd.get_rows(tokens, x)
-        for adapter, scale in self.ctx.loras or ():  # build_inp_embd: B @ (A's rows), scaled
+        steps = []
+        for adapter, scale in self.ctx.loras or ():
             lw = adapter.weights.get("token_embd.weight")
             if lw is not None:
                 rows = np.empty((len(tokens), lw.rank), np.float32)
                 lw.a.get_rows(tokens, rows)
-                delta = np.empty_like(x)
-                matmul(lw.b, rows, delta, self.order)
-                delta *= lw.scale(adapter.alpha, scale)
-                add(x, delta, x)
+                self._lora_step(lw, lw.scale(adapter.alpha, scale), rows, x, steps if keep else None)
+        return steps
 
-    def lora(self, w, x, out):
+    def lora(self, w, x, out, keep: bool = False) -> list:
         """build_lora_mm's adapters after the product out = w @ x (before any bias): out += scale * (B @ (A @ x))
-        for each adapter of w, in the context's order."""
+        for each adapter of w, in the context's order. keep: return each adapter's steps (its weights' names,
+        A @ x, B @ that, scaled, the sum) for the trace."""
+        steps = []
         for adapter, scale in self.ctx.loras or ():
             lw = adapter.weights.get(w.name)
-            if lw is None:
-                continue
-            t = np.empty((x.shape[0], lw.rank), np.float32)
-            matmul(lw.a, x, t, self.order)
-            delta = np.empty_like(out)
-            matmul(lw.b, t, delta, self.order)
-            delta *= lw.scale(adapter.alpha, scale)  # ggml_scale
-            add(out, delta, out)
+            if lw is not None:
+                t = np.empty((x.shape[0], lw.rank), np.float32)
+                matmul(lw.a, x, t, self.order)
+                self._lora_step(lw, lw.scale(adapter.alpha, scale), t, out, steps if keep else None)
+        return steps
+
+    def _lora_step(self, lw, scale, t, out, steps: list | None) -> None:
+        """out += scale * (B @ t) (MUL_MAT, SCALE, ADD), the steps' values appended to `steps` unless None."""
+        delta = np.empty_like(out)
+        matmul(lw.b, t, delta, self.order)
+        if steps is not None:
+            steps.append((lw.a.name, lw.b.name, t, delta.copy()))
+        delta *= scale  # ggml_scale
+        add(out, delta, out)
+        if steps is not None:
+            steps[-1] += (delta, out.copy())
 
     def norm(self, x, w, out, names: tuple[str, str], weight_name: str):
         """build_norm (LLM_NORM_RMS): RMS_NORM then MUL by the weight; names: (norm, weighted)."""
@@ -214,8 +225,12 @@ class TracedGraphOps(GraphOps):
         return False
 
     def embd(self, tokens, x):
-        super().embd(tokens, x)
-        self.g.embd(x, self.hp.n_vocab)
+        steps = super().embd(tokens, x, keep=True)
+        base = x
+        if steps:  # (the rows before the adapters, again)
+            base = np.empty_like(x)
+            self.ctx.model.tok_embd.get_rows(tokens, base)
+        self.g.embd(base, self.hp.n_vocab, steps)
 
     def norm(self, x, w, out, names, weight_name):
         rms_norm(x, self.hp.f_norm_rms_eps, out)
@@ -224,8 +239,11 @@ class TracedGraphOps(GraphOps):
         self.g.norm(names, normed, self.res_name, out, weight_name)
 
     def logits(self, x, out):
-        super().logits(x, out)
-        self.g.matmul("result_output", out, self.ctx.model.output.name, self.hp.n_embd, "result_norm")
+        w = self.ctx.model.output
+        matmul(w, x, out, self.order)
+        base = out.copy()
+        steps = self.lora(w, x, out, keep=True)
+        self.g.matmul("result_output", base, w.name, self.hp.n_embd, "result_norm", steps)
 
     def qkv(self, il, L, cur, q, k, v, q_r, k_r):
         from kernels.kv_cache import fwht_rows
@@ -239,7 +257,8 @@ class TracedGraphOps(GraphOps):
                                                ("Vcur", L.attn_v, L.attn_v_b, v, hp.n_head_kv, None),
                                                ("Kcur", L.attn_k, L.attn_k_b, k, hp.n_head_kv, k_r)):
             matmul(W, cur, out, self.order)
-            raw = out.copy()
+            base = out.copy()
+            steps = self.lora(W, cur, out, keep=True)
             _add_bias(out, b)
             shaped = out.reshape(T, heads, D)
             temp_scaled = r_shown = None
@@ -250,8 +269,8 @@ class TracedGraphOps(GraphOps):
                     r_shown = r_out.copy()
                     r_out *= self.temp[:, None, None]
                     temp_scaled = r_out
-            g.qkv_proj(il, which, raw, out if b is not None else None, W.name, W.name.replace(".weight", ".bias"),
-                       shaped, r_shown, temp_scaled)
+            g.qkv_proj(il, which, base, steps, out if b is not None else None, W.name,
+                       W.name.replace(".weight", ".bias"), shaped, r_shown, temp_scaled)
             n_rot, rot_name = (ctx.rot_v, "attn_inp_v_rot") if which == "Vcur" else (ctx.rot_k, "attn_inp_k_rot")
             if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
                 x = r_out if r_out is not None else shaped
@@ -276,8 +295,10 @@ class TracedGraphOps(GraphOps):
 
     def attn_out(self, il, L, kqv_out, out):
         matmul(L.attn_output, kqv_out, out, self.order)
-        self.attn_name = self.g.attn_out(il, out, L.attn_output.name, self.hp.n_head * self.hp.n_embd_head,
-                                         self.kqv_name)
+        base = out.copy()
+        steps = self.lora(L.attn_output, kqv_out, out, keep=True)
+        self.attn_name = self.g.attn_out(il, base, L.attn_output.name, self.hp.n_head * self.hp.n_embd_head,
+                                         self.kqv_name, steps)
         _add_bias(out, L.attn_output_b)
 
     def out_rows(self, attn_out, x, n):
@@ -302,15 +323,20 @@ class TracedGraphOps(GraphOps):
 
     def gate_up(self, il, L, cur, gate, up):
         matmul_many(L.gate_up, cur, [gate, up], self.order)
-        _add_bias(gate, L.ffn_gate_b)
-        self.g.matmul(f"ffn_gate-{il}", gate, L.ffn_gate.name, self.hp.n_embd, f"ffn_norm-{il}")
-        _add_bias(up, L.ffn_up_b)
-        self.g.matmul(f"ffn_up-{il}", up, L.ffn_up.name, self.hp.n_embd, f"ffn_norm-{il}")
+        for name, w, out, b in ((f"ffn_gate-{il}", L.ffn_gate, gate, L.ffn_gate_b), (f"ffn_up-{il}", L.ffn_up, up,
+                                                                                     L.ffn_up_b)):
+            base = out.copy()
+            steps = self.lora(w, cur, out, keep=True)
+            _add_bias(out, b)
+            self.g.matmul(name, base, w.name, self.hp.n_embd, f"ffn_norm-{il}", steps)
 
     def swiglu(self, il, gate, up):
         swiglu(gate, up, gate)
         self.g.swiglu(il, gate)
 
     def ffn_down(self, il, L, h, out):
-        super().ffn_down(il, L, h, out)
-        self.g.matmul(f"ffn_out-{il}", out, L.ffn_down.name, self.hp.n_ff, f"ffn_swiglu-{il}")
+        matmul(L.ffn_down, h, out, self.order)
+        base = out.copy()
+        steps = self.lora(L.ffn_down, h, out, keep=True)
+        _add_bias(out, L.ffn_down_b)
+        self.g.matmul(f"ffn_out-{il}", base, L.ffn_down.name, self.hp.n_ff, f"ffn_swiglu-{il}", steps)

@@ -51,9 +51,33 @@ class GraphTrace:
 
     # --- input and norms ---------------------------------------------------------------------
 
-    def embd(self, x, n_vocab):
+    def lora_mm(self, name, base, weight_name, n_in, src_name, src_ne, steps=()) -> str:
+        """build_lora_mm: MUL_MAT of the weight, then per LoRA adapter MUL_MAT by its A, MUL_MAT by its B, SCALE and
+        ADD to the result so far; only the last node gets the name (the others are node_<index>). steps: the
+        adapters' (A's name, B's name, A @ x, B @ that, scaled, sum) of GraphOps.lora."""
+        T, n_out = base.shape
+        res = self.node(None if steps else name, "MUL_MAT", base, [(weight_name, (n_in, n_out, 1, 1)), (src_name, src_ne)])
+        for i, (a_name, b_name, t, d, scaled, summed) in enumerate(steps):
+            r = t.shape[1]
+            na = self.node(None, "MUL_MAT", t, [(a_name, (n_in, r, 1, 1)), (src_name, src_ne)])
+            res = self._lora_tail(name if i == len(steps) - 1 else None, res, b_name, na, t, d, scaled, summed)
+        return res
+
+    def _lora_tail(self, name, res, b_name, t_name, t, d, scaled, summed) -> str:
+        """B @ t, SCALE and the ADD to the result so far (build_lora_mm, build_inp_embd)."""
+        nb = self.node(None, "MUL_MAT", d, [(b_name, (t.shape[1], d.shape[1], 1, 1)), (t_name, ne_of(t))])
+        ns = self.node(None, "SCALE", scaled, [(nb, ne_of(d))])
+        return self.node(name, "ADD", summed, [(res, ne_of(d)), (ns, ne_of(d))])
+
+    def embd(self, x, n_vocab, steps=()):
+        """GET_ROWS of the token embeddings; with LoRA adapters of them (build_inp_embd), per adapter GET_ROWS of its
+        A, MUL_MAT by its B, SCALE, ADD (x: the rows before the adapters)."""
         E = x.shape[1]
-        self.node("embd", "GET_ROWS", x, [("token_embd.weight", (E, n_vocab, 1, 1)), ("inp_tokens", (self.T, 1, 1, 1))])
+        tokens = ("inp_tokens", (self.T, 1, 1, 1))
+        res = self.node(None if steps else "embd", "GET_ROWS", x, [("token_embd.weight", (E, n_vocab, 1, 1)), tokens])
+        for i, (a_name, b_name, rows, d, scaled, summed) in enumerate(steps):
+            na = self.node(None, "GET_ROWS", rows, [(a_name, (rows.shape[1], n_vocab, 1, 1)), tokens])
+            res = self._lora_tail("embd" if i == len(steps) - 1 else None, res, b_name, na, rows, d, scaled, summed)
 
     def norm(self, name, normed, src_name, weighted, weight_name):
         """RMS_NORM then MUL by the norm weight (llama.cpp's build_norm with LLM_NORM_RMS)."""
@@ -63,11 +87,11 @@ class GraphTrace:
 
     # --- attention ---------------------------------------------------------------------------
 
-    def qkv_proj(self, il, which, raw, biased, weight_name, bias_name, reshaped, roped=None, temp_scaled=None):
-        """MUL_MAT [+ ADD bias] + RESHAPE [+ ROPE] [+ temperature MUL] for one of Qcur/Kcur/Vcur."""
+    def qkv_proj(self, il, which, raw, steps, biased, weight_name, bias_name, reshaped, roped=None, temp_scaled=None):
+        """MUL_MAT [+ LoRA nodes] [+ ADD bias] + RESHAPE [+ ROPE] [+ temperature MUL] for one of Qcur/Kcur/Vcur (raw:
+        the weight's product, steps: GraphOps.lora's)."""
         n = f"{which}-{il}"
-        E_in = self._attn_norm_ne[0]
-        self.node(n, "MUL_MAT", raw, [(weight_name, (E_in, raw.shape[1], 1, 1)), (f"attn_norm-{il}", self._attn_norm_ne)])
+        self.lora_mm(n, raw, weight_name, self._attn_norm_ne[0], f"attn_norm-{il}", self._attn_norm_ne, steps)
         if biased is not None:
             self.node(n, "ADD", biased, [(n, ne_of(raw)), (bias_name, (raw.shape[1], 1, 1, 1))])
         self.node(n, "RESHAPE", reshaped, [(n, ne_of(raw))])
@@ -169,10 +193,10 @@ class GraphTrace:
         fa_name = self.node(None, "FLASH_ATTN_EXT", fa, [(f"{q_name} (view) (permuted)", ne_of(qp)), kv_src])
         self.node(f"kqv_out-{il}", "RESHAPE", kqv_out, [(fa_name, ne_of(fa))])
 
-    def attn_out(self, il, out, weight_name, n_in, src=None) -> str:
+    def attn_out(self, il, out, weight_name, n_in, src=None, steps=()) -> str:
         # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
         name = None if self.arch == "qwen2" else f"attn_out-{il}"
-        return self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (src or f"kqv_out-{il}", (n_in, self.T, 1, 1))])
+        return self.lora_mm(name, out, weight_name, n_in, src or f"kqv_out-{il}", (n_in, self.T, 1, 1), steps)
 
     def out_rows(self, attn_name, attn_rows, inp_name, inp_rows, T_full):
         E = attn_rows.shape[1]
@@ -189,9 +213,9 @@ class GraphTrace:
         """build_cvec: a control vector's direction (an unnamed 1-d tensor) added to a block's output."""
         self.node(name, "ADD", out, [(a_name, ne_of(out)), ("", (out.shape[1], 1, 1, 1))])
 
-    def matmul(self, name, out, weight_name, n_in, src_name):
-        T = out.shape[0]
-        self.node(name, "MUL_MAT", out, [(weight_name, (n_in, out.shape[1], 1, 1)), (src_name, (n_in, T, 1, 1))])
+    def matmul(self, name, out, weight_name, n_in, src_name, steps=()):
+        """A named product (with its LoRA adapters' nodes, if any)."""
+        self.lora_mm(name, out, weight_name, n_in, src_name, (n_in, out.shape[0], 1, 1), steps)
 
     def swiglu(self, il, out):
         self.node(f"ffn_swiglu-{il}", "SWIGLU", out, [(f"ffn_gate-{il}", ne_of(out)), (f"ffn_up-{il}", ne_of(out))])

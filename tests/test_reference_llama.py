@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY_MODELS, harness_cases
+from conftest import TINY_MODELS, bits, harness_cases
 
 from kernels.ggml_type import GGMLType
 from kernels.matmul import Weight, matmul
@@ -111,6 +111,10 @@ def _rope_args(stem: str) -> list[str]:
 
 # the control vector flags of the `__cvec-<name>` references (files in tests/reference/adapters)
 CVEC_FLAGS = {"cvec-ab": ["--control-vector-scaled", f"{REF}/adapters/cvec-256-a.gguf:2,{REF}/adapters/cvec-256-b.gguf:-1"]}
+# the LoRA flags of the `__lora-<name>` references (files in tests/reference/adapters)
+LORA_FLAGS = {"lora-two": ["--lora", f"{REF}/adapters/lora-llama-f32.gguf,{REF}/adapters/lora-llama-q8_0.gguf"],
+              "lora-q8_0": ["--lora", f"{REF}/adapters/lora-llama-q8_0.gguf"],
+              "lora-qwen2": ["--lora-scaled", f"{REF}/adapters/lora-qwen2-f32.gguf:0.5"]}
 
 
 def _log_args(stem: str) -> list[str]:
@@ -131,7 +135,8 @@ def _log_args(stem: str) -> list[str]:
     else:
         args += ["-fa", "off"]
     cvec = CVEC_FLAGS["cvec-" + stem.split("__cvec-")[1].split("__")[0]] if "__cvec-" in stem else []
-    return args + _rope_args(stem) + cvec
+    lora = LORA_FLAGS["lora-" + stem.split("__lora-")[1].split("__")[0]] if "__lora-" in stem else []
+    return args + _rope_args(stem) + cvec + lora
 
 
 @pytest.mark.parametrize("log", EVALCB, ids=lambda p: p.stem)
@@ -142,12 +147,35 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
     llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__rope-<name>`: the
     --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); `__cvec-<name>`: the control
-    vectors of CVEC_FLAGS; made with -fa off otherwise."""
+    vectors of CVEC_FLAGS; `__lora-<name>`: the LoRA adapters of LORA_FLAGS (their products' nodes); made with -fa
+    off otherwise."""
     stem = log.stem.split("__")[0]
     r = _synapse("eval-callback", "diff", "--model", _model_path(stem), *_log_args(log.stem),
                  "-t", "2", "--occurrence", "all", str(log))
     verdict = r.stdout.strip().splitlines()[-1]
     assert r.exit_code == 0 and verdict.startswith("no divergence"), verdict
+
+
+@pytest.mark.parametrize("model,loras", [
+    ("tiny-llama-F32", [("lora-llama-f32.gguf", 1.0), ("lora-llama-q8_0.gguf", 0.5)]),
+    ("tiny-qwen2-Q8_0", [("lora-qwen2-f32.gguf", 2.0)])])
+def test_traced_pass_has_the_untraced_bits_with_lora(model, loras):
+    """The eval-callback trace computes op by op (TracedGraphOps) what decode fuses (GraphOps): with LoRA adapters
+    on the token embeddings, Q/K/V (qwen2: before their biases), the FFN and the output, its logits are decode's
+    bit for bit, and the trace holds each adapted product's nodes (A, B, SCALE, ADD)."""
+    from synapse_cli.evalcb import TraceRecorder
+    from synapse_cli.session import open_session
+
+    spec = ([(str(REF / "adapters" / f), s) for f, s in loras], True)
+    logits = []
+    for hook in (None, TraceRecorder()):
+        sess = open_session(str(TINY_MODELS / f"{model}.gguf"), n_ctx=256, n_threads=2, show_progress=False,
+                            batch_invariant=False, flash_attn=False, loras=spec)
+        ids = sess.tokenizer.encode(PROMPT, add_special=True, parse_special=True)
+        logits.append(sess.ctx.decode(ids, trace=hook))
+    assert np.array_equal(bits(logits[0]), bits(logits[1]))
+    ops = [(r.name, r.op) for r in hook.records]
+    assert ("Qcur-0", "ADD") in ops and sum(op == "SCALE" for _, op in ops) >= 2 * len(loras)
 
 
 COMPLETION = sorted((REF / "completion").glob("*.txt"))

@@ -24,7 +24,7 @@ from kernels.errors import SynapseError
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
                           note_prompt_source, given_prompt, resolve_flash_attn, rope_options, rope_params,
                           kv_override_option, kv_overrides, control_vector_options, control_vector_spec,
-                          repack_option, repack_setting)
+                          lora_options, lora_spec, repack_option, repack_setting)
 
 
 
@@ -47,6 +47,7 @@ def _run_options(f):
         rope_options,
         kv_override_option,
         control_vector_options,
+        lora_options,
         repack_option,
         ignored_llama_options,
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
@@ -72,6 +73,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         rope=rope_params(),
         kv_overrides=kv_overrides(),
         control_vectors=control_vector_spec(),
+        loras=lora_spec(),
         repack=repack_setting(),
     )
     announce_flash_attn(flash_attn, cache_type_v)

@@ -28,6 +28,7 @@ def run_live(
     rope=None,
     kv_overrides=None,
     control_vectors=None,
+    loras=None,
     repack: bool = True,
 ) -> list[int]:
     """Decode `prompt` as one batch the way llama-eval-callback does and call `hook` for every graph
@@ -42,7 +43,7 @@ def run_live(
                         cache_type_k=cache_type_k, cache_type_v=cache_type_v, show_progress=True,
                         batch_invariant=False,  # llama.cpp's batch summation order, to line up with its logs
                         flash_attn=flash_attn, rope=rope, kv_overrides=kv_overrides,
-                        control_vectors=control_vectors, repack=repack)
+                        control_vectors=control_vectors, loras=loras, repack=repack)
     ids = sess.tokenizer.encode(prompt, add_special=True, parse_special=True)
     if not ids:
         raise EvalCbError("the prompt tokenizes to no tokens")
