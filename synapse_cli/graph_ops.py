@@ -276,7 +276,8 @@ class TracedGraphOps(GraphOps):
                 x = r_out if r_out is not None else shaped
                 before = x.copy()
                 fwht_rows(x, n_rot)
-                g.rotation(f"{which}-{il}", before, x, n_rot, rot_name)
+                src = f"Qcur_attn_temp_scaled-{il}" if temp_scaled is not None else f"{which}-{il}"
+                g.rotation(src, before, x, n_rot, rot_name)
 
     def attention(self, il, q_r, k_r, v3, kqv_out):
         from kernels.kv_cache import fwht_rows
@@ -307,14 +308,15 @@ class TracedGraphOps(GraphOps):
         return a, b
 
     def add(self, name, a, b, out):
+        """name: the ADD node's (None: unnamed, qwen2's residual before a control vector)."""
         add(a, b, out)
-        if name.startswith("ffn_inp"):  # attention output + residual
-            self.g.add(name, out, self.attn_name, self.res_name)
+        if name is not None and name.startswith("ffn_inp"):  # attention output + residual
+            name = self.g.add(name, out, self.attn_name, self.res_name)
         elif b.ndim == 1:  # l_out: a control vector's direction added (an unnamed tensor of n_embd)
-            self.g.add_direction(name, out, self.res_name)
-        else:  # l_out (ffn_out with a control vector): FFN output + ffn_inp
-            il = name.rsplit("-", 1)[1]
-            self.g.add(name, out, f"ffn_out-{il}", f"ffn_inp-{il}")
+            name = self.g.add_direction(name, out, self.res_name)
+        else:  # FFN output + ffn_inp (named ffn_out, or not, before a control vector)
+            il = self.res_name.rsplit("-", 1)[1]  # (the residual stream is ffn_inp-<il> here)
+            name = self.g.add(name, out, f"ffn_out-{il}", f"ffn_inp-{il}")
         self.res_name = name
 
     def add_norm(self, name, a, b, out, w, normed, names, weight_name):

@@ -21,13 +21,13 @@ def ne_of(a: np.ndarray) -> tuple[int, int, int, int]:
 
 
 class GraphTrace:
-    def __init__(self, hook, arch: str, T: int, n_ctx: int, n_kv: int, cache_type: str):
+    def __init__(self, hook, arch: str, T: int, n_ctx: int, n_kv: int, cache_type_v: str):
         self.hook = hook
         self.arch = arch
         self.T = T
         self.n_ctx = n_ctx
         self.n_kv = n_kv
-        self.ctype = cache_type
+        self.ctype = cache_type_v  # the V cache's type (the K cache's is given where its nodes are made)
         self.n = 0  # index of the next graph node (unnamed nodes are called node_<index>)
 
     def node(self, name: str | None, op: str, value: np.ndarray, srcs: list, typ: str = "f32", ne=None) -> str:
@@ -103,17 +103,20 @@ class GraphTrace:
     def set_attn_norm_shape(self, cur):
         self._attn_norm_ne = ne_of(cur)
 
-    def kv_store(self, il, k_roped, v3, k_cache_f32, v_cache_flat_f32):
+    def kv_store(self, il, k_roped, v3, k_cache_f32, v_cache_flat_f32, k_type, k_src=None):
         """The K and V copies into the cache (VIEW/RESHAPE/SET_ROWS nodes of llama_kv_cache::cpy_k/cpy_v).
 
-        k_cache_f32: (n_ctx, n_embd_k_gqa) the whole K cache after the store, as float32 values;
-        v_cache_flat_f32: (n_ctx * n_embd_v_gqa,) the whole transposed V cache in memory order.
+        k_cache_f32: (n_ctx, n_embd_k_gqa) the whole K cache after the store, as float32 values (printed for F32
+        and F16 only); v_cache_flat_f32: (n_ctx * n_embd_v_gqa,) the whole transposed V cache in memory order;
+        k_type: the K cache's type; k_src: the stored K's name (" (reshaped)" after a Hadamard rotation).
         """
-        T, c = self.T, self.ctype
+        T, c, kt = self.T, self.ctype, k_type
+        k_src = k_src or f"Kcur-{il}"
         nk = k_roped.shape[1] * k_roped.shape[2]
         kv = k_roped.reshape(T, nk)
-        self.node(f"Kcur-{il} (view)", "VIEW", kv, [(f"Kcur-{il}", ne_of(k_roped))])
-        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_cache_f32, [(f"Kcur-{il} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))], c)
+        self.node(f"{k_src} (view)", "VIEW", kv, [(k_src, ne_of(k_roped))])
+        self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_cache_f32, [(f"{k_src} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))],
+                  kt, ne=(nk, self.n_ctx, 1, 1))
         vr = v3.reshape(T, nk)
         self.node(f"Vcur-{il} (reshaped)", "RESHAPE", vr, [(f"Vcur-{il}", ne_of(v3))])
         vr2 = vr.reshape(T * nk, 1)
@@ -124,20 +127,22 @@ class GraphTrace:
         self.node(f"cache_v_l{il} (reshaped) (view)", "SET_ROWS", vflat,
                   [(f"Vcur-{il} (reshaped) (reshaped)", ne_of(vr2)), ("attn_inp_v_idxs", (T * nk, 1, 1, 1))], c)
 
-    def attention(self, il, q_name, q, k_view, v_view, kq, kq_sm, kqv, kqv_out):
+    def attention(self, il, q_name, q, k_view, v_view, kq, kq_sm, kqv, kqv_out, k_type):
         """Cache views, Q permute, kq, soft_max, kqv, permute and CONT (build_attn_mha, no flash attention).
 
         k_view: (n_kv, Hkv, D) K cells as float32; v_view: (D, Hkv, n_kv) V cells (transposed cache);
-        q: (T, H, D); kq, kq_sm: (H, T, n_kv); kqv: (H, T, D); kqv_out: (T, H*D).
+        q: (T, H, D); kq, kq_sm: (H, T, n_kv); kqv: (H, T, D); kqv_out: (T, H*D); k_type: the K cache's type.
         """
-        c, nk = self.ctype, k_view.shape[1] * k_view.shape[2]
+        c, kt, nk = self.ctype, k_type, k_view.shape[1] * k_view.shape[2]
         vv = v_view  # (D, Hkv, n_kv) is ne {n_kv, Hkv, D}
         self.node(f"cache_v_l{il} (view)", "VIEW", vv, [(f"cache_v_l{il}", (nk, self.n_ctx, 1, 1))], c)
         vp = vv.transpose(1, 0, 2)  # ne {n_kv, D, Hkv}
         self.node(f"cache_v_l{il} (view) (permuted)", "PERMUTE", vp, [(f"cache_v_l{il} (view)", ne_of(vv))], c)
-        self.node(f"cache_k_l{il} (view)", "VIEW", k_view, [(f"cache_k_l{il}", (nk, self.n_ctx, 1, 1))], c)
+        self.node(f"cache_k_l{il} (view)", "VIEW", k_view, [(f"cache_k_l{il}", (nk, self.n_ctx, 1, 1))], kt,
+                  ne=ne_of(k_view))
         kp = k_view.transpose(1, 0, 2)  # ne {D, n_kv, Hkv}
-        self.node(f"cache_k_l{il} (view) (permuted)", "PERMUTE", kp, [(f"cache_k_l{il} (view)", ne_of(k_view))], c)
+        self.node(f"cache_k_l{il} (view) (permuted)", "PERMUTE", kp, [(f"cache_k_l{il} (view)", ne_of(k_view))], kt,
+                  ne=ne_of(kp))
         self.node(f"{q_name} (view)", "VIEW", q, [(q_name, ne_of(q))])
         qp = q.transpose(1, 0, 2)  # ne {D, T, H}
         self.node(f"{q_name} (view) (permuted)", "PERMUTE", qp, [(f"{q_name} (view)", ne_of(q))])
@@ -206,12 +211,12 @@ class GraphTrace:
 
     # --- feed-forward ------------------------------------------------------------------------
 
-    def add(self, name, out, a_name, b_name):
-        self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, ne_of(out))])
+    def add(self, name, out, a_name, b_name) -> str:
+        return self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, ne_of(out))])
 
-    def add_direction(self, name, out, a_name):
+    def add_direction(self, name, out, a_name) -> str:
         """build_cvec: a control vector's direction (an unnamed 1-d tensor) added to a block's output."""
-        self.node(name, "ADD", out, [(a_name, ne_of(out)), ("", (out.shape[1], 1, 1, 1))])
+        return self.node(name, "ADD", out, [(a_name, ne_of(out)), ("", (out.shape[1], 1, 1, 1))])
 
     def matmul(self, name, out, weight_name, n_in, src_name, steps=()):
         """A named product (with its LoRA adapters' nodes, if any)."""

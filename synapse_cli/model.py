@@ -597,7 +597,7 @@ class Context:
             return GraphOps(*args)
         from .graph_trace import GraphTrace
 
-        return TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type), *args)
+        return TracedGraphOps(GraphTrace(trace, hp.arch, T, self.n_ctx, n_kv, self.cache_type_v), *args)
 
     def _rope_args(self) -> tuple:
         """The trailing arguments of kernels/rope.py's rope for this context (ROPE's parameters)."""
@@ -709,7 +709,7 @@ class Context:
             if direction is None:
                 ops.add_norm(f"l_out-{il}", fo, fi, x, w, normed, names, w_name)
             else:  # a control vector: the residual, then the layer's direction (build_cvec), then the norm
-                ops.add(f"ffn_out-{il}", fo, fi, x)
+                ops.add(None if hp.arch == "qwen2" else f"ffn_out-{il}", fo, fi, x)  # (qwen2 leaves it unnamed)
                 ops.add(f"l_out-{il}", x, direction, x)
                 ops.norm(x, w, normed, names, w_name)
 
@@ -818,9 +818,17 @@ class Context:
         """Float32 copies of layer il's cache as llama.cpp's graph views show them: the whole K cache
         (n_ctx, n_embd_k_gqa), the whole V^T cache in memory order (n_embd_v_gqa * n_ctx,), the K view of
         n_kv cells (n_kv, Hkv, D) and the V view (D, Hkv, n_kv) (ne {n_kv, Hkv, D})."""
+        from kernels.kv_cache import KV_TYPES, to_f32
+
         k, v = self.k_cache[il], self.v_cache[il]
-        if k.dtype == np.uint16:
-            k, v = k.view(np.float16).astype(np.float32), v.view(np.float16).astype(np.float32)
+        if self.cache_type not in CACHE_TYPES:  # a quantized or BF16 K (its values as float32; they are not printed)
+            f = np.empty((self.n_ctx, self.hp.n_head_kv, self.hp.n_embd_head), np.float32)
+            to_f32(KV_TYPES[self.cache_type][0], k, self.n_ctx, f)
+            k = f
+        elif k.dtype == np.uint16:
+            k = k.view(np.float16).astype(np.float32)
+        if v.dtype == np.uint16:
+            v = v.view(np.float16).astype(np.float32)
         k_all = k.reshape(self.n_ctx, -1)
         v_flat = v.reshape(-1)
         return k_all, v_flat, k[:n_kv], v[:, :, :n_kv].transpose(1, 0, 2)
@@ -883,10 +891,8 @@ class Context:
                            rotated if self.rot_k else None, rotated if self.rot_v else None,
                            (self.cache_type, self.cache_type_v))
             return
-        if self.cache_type != self.cache_type_v:
-            raise ModelError(f"a {self.cache_type} K cache with a {self.cache_type_v} V cache without flash attention "
-                             "is not traced yet (use -fa on, or one type for both)")
         k_all, v_flat, k_view, v_view = self.cache_views(il, n_kv)
-        g.kv_store(il, k_r, v3, k_all, v_flat)
+        rotated = " (reshaped)" if self.rot_k else None  # the name of a Hadamard-rotated Q and K (GraphTrace.rotation)
+        g.kv_store(il, k_r, v3, k_all, v_flat, self.cache_type, rotated)
         kqv = kqv_out.reshape(T, H, D).transpose(1, 0, 2)  # (H, T, D)
-        g.attention(il, q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out)
+        g.attention(il, rotated or q_name, q_r, k_view, v_view, kq, kq_sm, kqv, kqv_out, self.cache_type)

@@ -130,8 +130,9 @@ def _log_args(stem: str) -> list[str]:
         args += ["-ub", "8"]
     if stem.endswith("__fa"):
         args += ["-fa", "on"]
-    elif "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type>
-        args += ["-fa", "on", "-ctk", stem.split("__ctk-")[1].split("__")[0], "-ctv", stem.split("__ctv-")[1]]
+    elif "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type> (__nofa__...: -fa off)
+        args += ["-fa", "off" if "__nofa__" in stem else "on", "-ctk", stem.split("__ctk-")[1].split("__")[0],
+                 "-ctv", stem.split("__ctv-")[1]]
     else:
         args += ["-fa", "off"]
     cvec = CVEC_FLAGS["cvec-" + stem.split("__cvec-")[1].split("__")[0]] if "__cvec-" in stem else []
@@ -145,7 +146,8 @@ def test_requantized_tiny_trace_diff_is_clean(log):
     re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
     micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
     flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
-    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__rope-<name>`: the
+    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__nofa__ctk-A__ctv-B`: the
+    same with -fa off (a K type of its own: kq is that type's product); `__rope-<name>`: the
     --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); `__cvec-<name>`: the control
     vectors of CVEC_FLAGS; `__lora-<name>`: the LoRA adapters of LORA_FLAGS (their products' nodes); made with -fa
     off otherwise."""
@@ -154,6 +156,7 @@ def test_requantized_tiny_trace_diff_is_clean(log):
                  "-t", "2", "--occurrence", "all", str(log))
     verdict = r.stdout.strip().splitlines()[-1]
     assert r.exit_code == 0 and verdict.startswith("no divergence"), verdict
+    assert "only in" not in r.stdout.lower(), r.stdout[-3000:]  # (every node on both sides)
 
 
 @pytest.mark.parametrize("model,loras", [

@@ -224,9 +224,11 @@ def diff_traces(
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
 
     def groups(recs: Sequence[TensorRecord]) -> dict[str, list[int]]:
+        # (by name without surrounding blanks: a log right-aligns its names, so " (reshaped)", ggml's name of a
+        # reshaped unnamed node, reads back as "(reshaped)")
         g: dict[str, list[int]] = {}
         for k, r in enumerate(recs):
-            g.setdefault(r.name, []).append(k)
+            g.setdefault(r.name.strip(), []).append(k)
         return g
 
     ga, gb = groups(a), groups(b)
@@ -261,7 +263,7 @@ def diff_traces(
     for ka, kb, label in pairs:
         td = compare_records(a[ka], b[kb], tolerance)
         td.occurrence, td.index_a, td.index_b = label, ka, kb
-        ca, cb = len(ga[a[ka].name]), len(gb[a[ka].name])
+        ca, cb = len(ga[a[ka].name.strip()]), len(gb[a[ka].name.strip()])
         if ca != cb:
             td.note = "; ".join(x for x in (td.note, f"occurs {ca}x in A, {cb}x in B") if x)
         rows.append(td)
