@@ -14,6 +14,7 @@ import re
 import sqlite3
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -607,6 +608,30 @@ def test_load_mode_is_a_dimension_of_the_matrix(monkeypatch):
         ("auto", 8, 0), ("auto", 0, 2), ("none", 8, 0), ("none", 0, 2)]
     assert loads == [True, False]
     r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-t", "1", "--no-roofline", "-lm", "none"])
-    assert r.exit_code == 0 and " load_mode |" in r.stdout.splitlines()[0]
+    assert r.exit_code == 0 and " lm |" in r.stdout.splitlines()[0]  # (llama-bench's display name)
     r = _invoke(["-m", str(TINY), "-r", "1", "-p", "8", "-n", "0", "-lm", "lazy"])
     assert r.exit_code != 0 and "-lm" in r.stderr
+
+
+def test_repack_and_the_gpu_and_placement_parameters_as_llama_bench(monkeypatch):
+    """--repack 0 loads the weights as stored (a dimension, after -lm); -ngl, -mg, -sm, -nkvo, --poll, -C, ... change
+    nothing on a CPU build but are accepted with a note, their values reach the results and the table gets the
+    columns llama-bench printed for the same command line (tests/reference/bench/tiny-llama__cpu_ignored.*)."""
+    ref = Path(__file__).resolve().parent / "reference" / "bench"
+    flags = ["-p", "8", "-n", "0", "-r", "1", "-lm", "none", "-fa", "off", "--repack", "0", "-ngl", "99", "-mg", "1",
+             "-nkvo", "1", "--poll", "0", "-sm", "row", "-C", "0x3", "--cpu-strict", "1", "-nopo", "1", "--no-host", "1"]
+    loads = []
+    real = B.runner._default_load
+    monkeypatch.setattr(B.runner, "_default_load", lambda *a: loads.append(a[3]) or real(*a))
+    r = _invoke(["-m", str(TINY), *flags, "--no-roofline"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == (ref / "tiny-llama__cpu_ignored.md").read_text().splitlines()[:2]
+    assert "note: -ngl is ignored" in r.stderr and loads == [False]
+    ours = json.loads(_invoke(["-m", str(TINY), *flags, "--no-roofline", "-o", "json"]).stdout)[0]
+    theirs = json.loads((ref / "tiny-llama__cpu_ignored.json").read_text())[0]
+    keys = ("n_gpu_layers", "main_gpu", "split_mode", "no_kv_offload", "poll", "cpu_mask", "cpu_strict",
+            "no_op_offload", "no_host", "repack", "load_mode", "flash_attn")
+    assert {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
+    for bad in (["-ngl", "0,99"], ["-sm", "rows"], ["--repack", "2"]):
+        r = _invoke(["-m", str(TINY), "-p", "8", "-n", "0", "-r", "1", *bad])
+        assert r.exit_code != 0 and bad[0] in r.stderr, r.stderr

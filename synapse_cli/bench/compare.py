@@ -35,6 +35,8 @@ def llama_bench_args(p: BenchParams) -> list[str]:
              "-r", str(p.reps), "-fa", ",".join({-1: "auto", 0: "off", 1: "on"}[v] for v in p.flash_attn), "-o", "json"]
     if p.load_mode != ["auto"]:
         args += ["-lm", ",".join(p.load_mode)]
+    if p.repack != [True]:
+        args += ["--repack", ",".join(str(int(r)) for r in p.repack)]
     if p.no_warmup:
         args.append("--no-warmup")
     if p.progress:
@@ -49,7 +51,7 @@ def row_params(p: BenchParams, inst: Instance) -> BenchParams:
         p, models=[inst.model], n_threads=[inst.n_threads], n_prompt=[pp] if pp and not tg else [],
         n_gen=[tg] if tg and not pp else [], n_pg=[(pp, tg)] if pp and tg else [], n_depth=[inst.n_depth],
         n_batch=[inst.n_batch], n_ubatch=[inst.n_ubatch], cache_types=[(inst.type_k, inst.type_v)],
-        flash_attn=[inst.flash_attn], load_mode=[inst.load_mode])
+        flash_attn=[inst.flash_attn], load_mode=[inst.load_mode], repack=[inst.repack])
 
 
 def compare_key(d: dict, with_fa: bool = True) -> tuple:

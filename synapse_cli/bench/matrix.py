@@ -77,6 +77,7 @@ class Instance:
     n_threads: int
     flash_attn: int = -1  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
     load_mode: str = "auto"  # -lm: auto / mmap / mlock modes map the file, none / dio read the weights into memory
+    repack: bool = True  # --repack: weights repacked at load (llama.cpp's CPU "extra" buffer types), or as stored
 
     @property
     def test_name(self) -> str:
@@ -127,6 +128,11 @@ class BenchParams:
     # -fa values as llama_flash_attn_type (-1 auto, 0 off, 1 on); auto computes as on (llama.cpp's CPU backend)
     flash_attn: list[int] = field(default_factory=lambda: [-1])
     load_mode: list[str] = field(default_factory=lambda: ["auto"])  # -lm values, a dimension per model
+    repack: list[bool] = field(default_factory=lambda: [True])  # --repack values, a dimension per model
+    # llama-bench's GPU and thread-placement fields, given once: they change nothing on a CPU build but their
+    # values and columns (results.FIXED_FIELDS' names)
+    fixed: dict = field(default_factory=dict)
+    delay: int = 0  # --delay: seconds to cool off before each test
     reps: int = DEFAULT_REPS
     no_warmup: bool = False
     progress: bool = False
@@ -144,11 +150,11 @@ class BenchParams:
 
 
 def make_instances(p: BenchParams) -> list[Instance]:
-    """llama-bench's get_cmd_params_instances order: model, load mode, n_batch, n_ubatch, type_k, type_v,
+    """llama-bench's get_cmd_params_instances order: model, load mode, repack, n_batch, n_ubatch, type_k, type_v,
     flash_attn, threads, depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are
     skipped."""
     out = []
-    for m, lm in ((m, lm) for m in p.models for lm in p.load_mode):
+    for m, lm, rp in ((m, lm, rp) for m in p.models for lm in p.load_mode for rp in p.repack):
         for nb in p.n_batch:
             for nub in p.n_ubatch:
                 for tk, tv in p.cache_types:
@@ -156,7 +162,7 @@ def make_instances(p: BenchParams) -> list[Instance]:
                         for nt in p.n_threads:
                             for nd in p.n_depth:
                                 base = dict(model=m, n_depth=nd, n_batch=nb, n_ubatch=nub, type_k=tk, type_v=tv,
-                                            n_threads=nt, flash_attn=fa, load_mode=lm)
+                                            n_threads=nt, flash_attn=fa, load_mode=lm, repack=rp)
                                 out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
                                 out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
                                 out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg

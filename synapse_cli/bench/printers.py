@@ -8,7 +8,7 @@ import math
 from typing import Iterable, TextIO
 
 from .matrix import DEFAULT_CACHE_TYPE, DEFAULT_N_BATCH, DEFAULT_N_UBATCH, BenchParams
-from .results import FIELDS, Result, field_type, to_string
+from .results import FIELDS, FIXED_FIELDS, Result, field_type, to_string
 
 # ------------------------------------------------------------------------------------------------
 # printers
@@ -152,7 +152,9 @@ _MD_WIDTHS = {"model": -30, "t/s": 20, "size": 10, "params": 10, "n_gpu_layers":
               "n_batch": 7, "n_ubatch": 8, "type_k": 6, "type_v": 6, "split_mode": 6, "load_mode": 10,
               "flash_attn": 3, "devices": -12, "test": 15, "no_op_offload": 4, "no_host": 4, "repack": 3,
               "roofline": 8, "vs llama.cpp": 12}
-_MD_NAMES = {"n_threads": "threads", "n_gpu_layers": "ngl", "split_mode": "sm", "flash_attn": "fa"}
+_MD_NAMES = {"n_threads": "threads", "n_gpu_layers": "ngl", "split_mode": "sm", "flash_attn": "fa",
+             "no_kv_offload": "nkvo", "load_mode": "lm", "embeddings": "embd", "no_op_offload": "nopo",
+             "no_host": "noh", "repack": "rpk"}
 
 
 def md_width(name: str) -> int:
@@ -187,7 +189,11 @@ class MarkdownPrinter(Printer):
         self.columns: list[str] = []
 
     def header(self, p):
-        cols = ["model", "size", "params", "backend", "n_threads"]  # CPU backend: threads always shown
+        # llama-bench's markdown_printer: a column for each parameter given other than its default, in its order
+        # (a CPU backend hides n_gpu_layers and always shows threads)
+        fixed = {k: v for k, v in p.fixed.items() if v != FIXED_FIELDS[k]}
+        cols = ["model", "size", "params", "backend"] + [c for c in ("n_cpu_moe",) if c in fixed] + ["n_threads"]
+        cols += [c for c in ("cpu_mask", "cpu_strict", "poll") if c in fixed]
         if p.n_batch != DEFAULT_N_BATCH:
             cols.append("n_batch")
         if p.n_ubatch != DEFAULT_N_UBATCH:
@@ -196,10 +202,15 @@ class MarkdownPrinter(Printer):
             cols.append("type_k")
         if p.type_v != DEFAULT_CACHE_TYPE:
             cols.append("type_v")
-        if p.load_mode != ["auto"]:
-            cols.append("load_mode")
+        cols += [c for c in ("main_gpu", "split_mode", "no_kv_offload") if c in fixed]
         if p.flash_attn != [-1]:  # llama-bench: shown unless the default (auto) alone
             cols.append("flash_attn")
+        if p.load_mode != ["auto"]:
+            cols.append("load_mode")
+        cols += [c for c in ("lazy_mode", "embeddings", "no_op_offload", "no_host") if c in fixed]
+        if p.repack != [True]:
+            cols.append("repack")
+        cols += [c for c in ("fit_target",) if c in fixed]
         cols += ["test", "t/s"]
         if "roofline_pct" in self.extras:
             cols.append("roofline")

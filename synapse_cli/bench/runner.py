@@ -271,10 +271,11 @@ def describe_model(model, filename: str) -> LoadedModel:
     )
 
 
-def make_result(inst: Instance, lm: LoadedModel, samples: list[int], test_time: str, env: dict) -> Result:
+def make_result(inst: Instance, lm: LoadedModel, samples: list[int], test_time: str, env: dict,
+                fixed: dict | None = None) -> Result:
     f = {
         "build_commit": env["build_commit"], "build_number": env.get("build_number", 0),
-        "cpu_info": env["cpu_info"], **FIXED_FIELDS,
+        "cpu_info": env["cpu_info"], **FIXED_FIELDS, **(fixed or {}), "repack": inst.repack,
         "model_filename": lm.filename, "model_type": lm.desc, "model_size": lm.size,
         "model_n_params": lm.n_params, "n_batch": inst.n_batch, "n_ubatch": inst.n_ubatch,
         "n_threads": inst.n_threads, "type_k": inst.type_k, "type_v": inst.type_v, "flash_attn": inst.flash_attn,
@@ -300,10 +301,10 @@ def add_roofline(res: Result, inst: Instance, lm: LoadedModel, bandwidth: float 
 # the whole run
 # ------------------------------------------------------------------------------------------------
 
-def _default_load(path: str, show_progress: bool, load_mode: str = "auto"):
+def _default_load(path: str, show_progress: bool, load_mode: str = "auto", repack: bool = True):
     from ..session import load_model
 
-    return load_model(path, show_progress, load_mode)
+    return load_model(path, show_progress, load_mode, repack=repack)
 
 
 def _default_context(model, inst: Instance):
@@ -351,19 +352,21 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
         loaded_mode = None
         tokens = None
         for idx, inst in enumerate(insts, 1):
-            if lm is None or (lm.filename, loaded_mode) != (inst.model, inst.load_mode):
+            if lm is None or (lm.filename, loaded_mode) != (inst.model, (inst.load_mode, inst.repack)):
                 lm = None  # drop the previous model before mapping the next
                 prog.note(f"loading {inst.model}")
-                lm = describe(load(inst.model, False, inst.load_mode), inst.model)
-                loaded_mode = inst.load_mode
+                lm = describe(load(inst.model, False, inst.load_mode, inst.repack), inst.model)
+                loaded_mode = (inst.load_mode, inst.repack)
                 tokens = TokenSource(lm.n_vocab, lm.add_bos, lm.bos_id)
                 depth_state = DepthState()
             ctx = make_context(lm.model, inst)
+            if p.delay:  # llama-bench's --delay: cool off before each test
+                time.sleep(p.delay)
             test_time = test_time_now()
             samples = run_test(ctx, inst, p.reps, not p.no_warmup, tokens, prog, idx, len(insts), depth_state,
                                clock, state_key=(inst.model, inst.type_k, inst.type_v, inst.n_ctx, inst.flash_attn))
             del ctx
-            res = make_result(inst, lm, samples, test_time, env)
+            res = make_result(inst, lm, samples, test_time, env, p.fixed)
             if p.roofline:
                 add_roofline(res, inst, lm, bw.get(inst.n_threads))
             if p.compare:  # llama-bench on the same test, now (compare.py: why per row)

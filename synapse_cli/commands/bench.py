@@ -7,8 +7,9 @@ probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-be
 after synapse's run of it, and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
 The method and the output are described in synapse_cli/bench/ and benchmarks/RESULTS.md.
 
-Deviation: synapse's KV cache needs the same K and V type, so when only one of -ctk/-ctv is given the
-other follows it (llama-bench would keep f16), and unequal pairs are refused.
+--repack 0|1 and --delay as llama-bench; its GPU and thread-placement parameters (-ngl, -sm, -mg, -nkvo, -nopo,
+--no-host, --poll, -C, --cpu-strict, ...) are accepted once each with a note: they change nothing on a CPU build,
+but their values go to the results and their columns to the table as llama-bench shows them.
 """
 
 from __future__ import annotations
@@ -60,6 +61,52 @@ def available_threads() -> tuple[int, int]:
     return max(1, min(cpus, max_threads)), max_threads
 
 
+# llama-bench's parameters that change nothing on a CPU build: (names, its field, parse), each given once; the value
+# goes to the results' field (and to a markdown column where llama-bench would show one), and a note to stderr
+_BOOL01 = {"0": False, "1": True}
+CPU_IGNORED = {
+    ("-ngl", "--n-gpu-layers"): ("n_gpu_layers", int, "no GPU: every layer runs on the CPU"),
+    ("-ncmoe", "--n-cpu-moe"): ("n_cpu_moe", int, "no GPU, and no mixture-of-experts architecture"),
+    ("-sm", "--split-mode"): ("split_mode", {v: v for v in ("none", "layer", "row", "tensor")}.__getitem__, "no GPU"),
+    ("-mg", "--main-gpu"): ("main_gpu", int, "no GPU"),
+    ("-nkvo", "--no-kv-offload"): ("no_kv_offload", _BOOL01.__getitem__, "no GPU"),
+    ("-nopo", "--no-op-offload"): ("no_op_offload", lambda v: int(_BOOL01[v]), "no GPU"),
+    ("--no-host",): ("no_host", _BOOL01.__getitem__, "no GPU"),
+    ("-fitt", "--fit-target"): ("fit_target", int, "no GPU memory to fit"),
+    ("-fitc", "--fit-ctx"): ("fit_min_ctx", int, "no GPU memory to fit"),
+    ("--poll",): ("poll", int, "how idle threads wait: speed only"),
+    ("-C", "--cpu-mask"): ("cpu_mask", str, "CPU affinity is left to the system"),
+    ("--cpu-strict",): ("cpu_strict", _BOOL01.__getitem__, "CPU affinity is left to the system"),
+    ("-lzm", "--lazy-mode"): ("lazy_mode", {v: v for v in ("on", "auto", "off")}.__getitem__,
+                              "these architectures have no per-layer embedding tensors"),
+    ("--prio",): (None, int, "thread priority: speed only"),
+    ("--numa",): (None, str, "NUMA placement: speed only"),
+}
+
+
+def _cpu_ignored_options(f):
+    def note(ctx, param, values):
+        if not values:
+            return
+        names = tuple(param.opts)
+        field_name, parse, why = CPU_IGNORED[names]
+        vals = _split(values)
+        if len(vals) != 1:
+            raise click.BadParameter("one value (on a CPU build every value would run the same test)", param=param)
+        try:
+            v = parse(vals[0])
+        except (ValueError, KeyError):
+            raise click.BadParameter(f"invalid value {vals[0]!r}", param=param) from None
+        if field_name is not None:
+            ctx.meta.setdefault("synapse.bench_fixed", {})[field_name] = v
+        click.echo(f"note: {names[0]} is ignored ({why})", err=True)
+
+    for names in CPU_IGNORED:
+        f = click.option(*names, f"cpu_{names[-1].lstrip('-').replace('-', '_')}", multiple=True, hidden=True,
+                         callback=note, expose_value=False)(f)
+    return f
+
+
 @click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-m", "--model", "models", multiple=True, metavar="FILE", help="GGUF model (repeatable, or comma list).")
 @click.option("-p", "--n-prompt", "n_prompt", multiple=True, metavar="N", help="Prompt tokens per pp test (default 512).")
@@ -80,13 +127,21 @@ def available_threads() -> tuple[int, int]:
 @click.option("-t", "--threads", "n_threads", multiple=True, metavar="N", help="Threads, e.g. 2 or 1,2 or 1-2 (default: available CPUs).")
 @click.option("-r", "--repetitions", "reps", default="5", metavar="N", help="Repetitions of each test (default 5).")
 @click.option("-o", "--output", "output", default="md", metavar="md|csv|json|jsonl|sql", help="Output format on stdout (default md).")
+@click.option("--repack", "repack", multiple=True, metavar="0|1",
+              help="Repack weights at load (1, llama-bench's default) or keep them as stored (0); comma list.")
+@click.option("--delay", default=0, type=click.IntRange(min=0), metavar="SECONDS",
+              help="Cool off this long before each test (llama-bench's --delay).")
+@click.option("-v", "--verbose", is_flag=True, hidden=True, expose_value=False,
+              callback=lambda ctx, p, v: v and click.echo("note: -v is ignored (synapse prints no llama.cpp log)",
+                                                           err=True))
+@_cpu_ignored_options
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up run before each test.")
 @click.option("--progress", is_flag=True, help="Print llama-bench style progress lines on stderr.")
 @click.option("--no-roofline", is_flag=True, help="Skip the read-bandwidth probe and the roofline column.")
 @click.option("--compare", "compare", default=None, metavar="PATH", help="Run this llama-bench on each test right after synapse's run of it and add a 'vs llama.cpp' column.")
 @click.option("--probe-mib", default=1024, type=int, hidden=True, help="Size of the bandwidth probe buffer (MiB).")
 def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, type_v, flash_attn, load_mode,
-            n_threads, reps, output, no_warmup, progress, no_roofline, compare, probe_mib):
+            n_threads, reps, output, repack, delay, no_warmup, progress, no_roofline, compare, probe_mib):
     """Measure prompt processing (pp) and generation (tg) speed, as llama-bench.
 
     Every N accepts a comma list and ranges first-last, first-last+step, first-last*mult
@@ -135,6 +190,12 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
     if bad:
         raise click.ClickException(f"-lm: invalid load mode {bad[0]!r} ({', '.join(LOAD_MODES)})")
 
+    repacks = []
+    for v in _split(repack):
+        if v not in ("0", "1"):
+            raise click.ClickException(f"--repack: {v!r} is not 0 or 1")
+        repacks.append(v == "1")
+
     default_t, max_t = available_threads()
     threads = _ints(n_threads, "-t", 1) or [default_t]
     too_many = [t for t in threads if t > max_t]
@@ -153,7 +214,9 @@ def command(models, n_prompt, n_gen, n_pg, n_depth, n_batch, n_ubatch, type_k, t
         n_depth=_ints(n_depth, "-d", 0) or list(B.DEFAULT_N_DEPTH),
         n_batch=_ints(n_batch, "-b", 1) or list(B.DEFAULT_N_BATCH),
         n_ubatch=_ints(n_ubatch, "-ub", 1) or list(B.DEFAULT_N_UBATCH),
-        cache_types=pairs, flash_attn=fa or [-1], load_mode=load_modes, reps=r, no_warmup=no_warmup,
+        cache_types=pairs, flash_attn=fa or [-1], load_mode=load_modes, repack=repacks or [True],
+        fixed=dict(click.get_current_context().meta.get("synapse.bench_fixed", {})), delay=delay,
+        reps=r, no_warmup=no_warmup,
         progress=progress, output=output, roofline=not no_roofline, compare=compare,
     )
     if not B.make_instances(params):
