@@ -94,9 +94,10 @@ def save_state_file(ctx, path: str, tokens: list[int]) -> None:
 
 
 class _Reader:
-    """Reads a file's bytes with llama_file's end-of-file error (nothing is allocated beyond what the file holds)."""
+    """Reads a mapped file's bytes with llama_file's end-of-file error: only what is asked for is copied, and every
+    count is checked against this context (a huge or hostile file allocates nothing more)."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data):
         self.data, self.at = data, 0
 
     def read(self, n: int) -> bytes:
@@ -112,10 +113,14 @@ class _Reader:
 def load_state_file(ctx, path: str, n_token_capacity: int) -> list[int]:
     """llama_state_load_file into ctx: the saved tokens; the cache holds the saved cells at 0.. (anything before is
     cleared). Raises SynapseError with llama.cpp's reason when the file does not fit this context."""
+    import mmap
+
     try:
         with open(path, "rb") as f:
-            data = f.read()
-        return _restore(ctx, _Reader(data), n_token_capacity)
+            if os.fstat(f.fileno()).st_size == 0:
+                raise ValueError("unexpectedly reached end of file")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _restore(ctx, _Reader(data), n_token_capacity)
     except (OSError, ValueError) as e:
         ctx.reset()
         raise SynapseError(f"failed to load session file '{path}': {e}") from None
@@ -132,9 +137,11 @@ def _restore(ctx, r: _Reader, n_token_capacity: int) -> list[int]:
     tokens = np.frombuffer(r.read(4 * n_token_count), "<i4").tolist()
     state_start = r.at
     (n,) = r.unpack("I")
+    if n > 256:  # (no architecture's name is that long: not read)
+        raise ValueError(f"wrong model arch: a name of {n} bytes instead of '{hp.arch}'")
     arch = r.read(n).decode("utf-8", "replace")
-    if arch != hp.arch:
-        raise ValueError(f"wrong model arch: '{arch}' instead of '{hp.arch}'")
+    if arch != hp.arch:  # (control characters escaped: one line)
+        raise ValueError(f"wrong model arch: '{arch.encode('unicode_escape').decode()}' instead of '{hp.arch}'")
     (n_stream,) = r.unpack("I")
     if n_stream != ctx.n_stream:
         raise ValueError("n_stream mismatch")
@@ -150,7 +157,9 @@ def _restore(ctx, r: _Reader, n_token_capacity: int) -> list[int]:
         pos = np.empty(cell_count, np.int32)
         for i in range(cell_count):
             pos[i], n_seq_id = r.unpack("iI")
-            seq_ids = np.frombuffer(r.read(4 * n_seq_id), "<i4")  # (read() bounds n_seq_id by the file)
+            if n_seq_id > ctx.n_seq_max:  # (its ids cannot all be distinct sequences of this context: not read)
+                raise ValueError(f"invalid seq_id count {n_seq_id} (the context has {ctx.n_seq_max} sequences)")
+            seq_ids = np.frombuffer(r.read(4 * n_seq_id), "<i4")
             bad = seq_ids[(seq_ids < 0) | (seq_ids >= ctx.n_seq_max)]
             if len(bad):
                 raise ValueError(f"invalid seq_id, {bad[0]} is out of range [0, {ctx.n_seq_max})")

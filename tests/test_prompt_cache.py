@@ -114,11 +114,12 @@ def test_files_llama_cpp_refuses_are_one_error_line(tmp_path):
              (b"garbage\n", "unknown (magic, version) for session file: 62726167, 0a656761"),
              (patched(4, "I", 9), "unknown (magic, version)"),
              (patched(8, "I", 2**32 - 1), "token count in session file exceeded capacity! 4294967295 > "),
-             (patched(arch_at, "I", 2**31), "unexpectedly reached end of file"),
+             (patched(arch_at, "I", 2**31), "wrong model arch: a name of 2147483648 bytes"),
+             (patched(arch_at, "I", 200), "unexpectedly reached end of file"),
              (patched(arch_at + 4, "5s", b"qwen2"), None),  # (a 5-letter arch: "wrong model arch: 'qwen2'")
              (patched(cells_at - 4, "I", 3), "n_stream mismatch"),
              (patched(cells_at, "I", 10**6), "not enough cells in kv cache"),
-             (patched(meta_at + 4, "I", 2**31), "unexpectedly reached end of file"),
+             (patched(meta_at + 4, "I", 2**31), "invalid seq_id count 2147483648"),
              (patched(meta_at + 8, "i", 5), "invalid seq_id, 5 is out of range [0, 1)"),
              (good[:-7], "unexpectedly reached end of file"),
              (good + b"\0", f"did not read all of the session file data! size {len(good) - arch_at + 1}, "
