@@ -115,7 +115,7 @@ def test_files_llama_cpp_refuses_are_one_error_line(tmp_path):
              (patched(4, "I", 9), "unknown (magic, version)"),
              (patched(8, "I", 2**32 - 1), "token count in session file exceeded capacity! 4294967295 > "),
              (patched(arch_at, "I", 2**31), "wrong model arch: a name of 2147483648 bytes"),
-             (patched(arch_at, "I", 200), "unexpectedly reached end of file"),
+             (patched(arch_at, "I", 200), "wrong model arch: 'llama\\x01"),  # (what follows, escaped)
              (patched(arch_at + 4, "5s", b"qwen2"), None),  # (a 5-letter arch: "wrong model arch: 'qwen2'")
              (patched(cells_at - 4, "I", 3), "n_stream mismatch"),
              (patched(cells_at, "I", 10**6), "not enough cells in kv cache"),
