@@ -83,7 +83,7 @@ def test_bad_model_files_give_one_line(bad_files, which, cmd):
     (["decode", "-m", TINY, "-p", "x", "-c", "-5"], "-c must be >= 0"),
     (["bench", "-m", TINY, "-p", "100000000", "-n", "0", "-r", "1", "--no-roofline"], "GiB of memory available"),
     (["decode", "-m", TINY, "-p", "x", "-ctk", "f32", "-ctv", "bf16", "-fa", "off"], "without flash attention"),
-    (["eval-callback", "-m", TINY, "-p", "x", "-ctk", "q8_0", "-fa", "off"], "not traced yet"),
+    (["eval-callback", "-m", TINY, "-p", "x", "-ctv", "q8_0", "-fa", "off"], "quantized V cache requires flash_attn"),
     (["eval-callback", "-m", TINY, "-p", "x", "--dump-dir", "/proc/no/such/dir"], "--dump-dir"),
     (["eval-callback", "-m", TINY, "-f", "/no/such/file.txt"], "failed to open file"),
     (["decode", "-m", TINY, "-f", "/no/such/file.txt"], "failed to open file"),
