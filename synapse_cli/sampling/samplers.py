@@ -17,7 +17,7 @@ from numba import njit
 
 from .rng import MT19937, discrete_distribution, uniform_real_double, uniform_real_float
 from .stdsort import std_sort
-from .token_data import TokenDataArray, fma32, partial_sort, partial_sort_inplace, softmax, temp_impl, top_k_impl
+from .token_data import TokenDataArray, muladd32, partial_sort, partial_sort_inplace, softmax, temp_impl, top_k_impl
 
 DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: draw a random seed
 F32 = np.float32
@@ -193,10 +193,10 @@ def _logf(x):
 
 @njit(cache=True)
 def _typical_scores(p):
-    """Entropy (contracted `entropy += -p * logf(p)`) and |-logf(p) - entropy| per candidate."""
+    """Entropy (`entropy += -p * logf(p)`) and |-logf(p) - entropy| per candidate."""
     entropy = np.float32(0.0)
     for i in range(p.size):
-        entropy = fma32(-p[i], np.float32(math.log(p[i])), entropy)
+        entropy = muladd32(-p[i], np.float32(math.log(p[i])), entropy)
     shifted = np.empty(p.size, np.float32)
     for i in range(p.size):
         shifted[i] = abs(-np.float32(math.log(p[i])) - entropy)
@@ -257,7 +257,7 @@ def _top_n_sigma(logit, n):
             d = np.float64(logit[i] - mean)
             acc = np.float32(np.float64(acc) + d * d)  # acc += pow(x - mean, 2): double pow, float sum
     std = np.float32(math.sqrt(np.float64(acc / np.float32(valid)))) if valid > 0 else np.float32(0.0)
-    bound = fma32(-n, std, mx)  # max - n * std, contracted
+    bound = muladd32(-n, std, mx)  # max - n * std
     for i in range(logit.size):
         if logit[i] < bound:
             logit[i] = -np.inf
@@ -304,7 +304,7 @@ def _entropy(p):
     entropy = np.float32(0.0)
     for i in range(p.size):
         if p[i] > 0.0:
-            entropy = fma32(-p[i], np.float32(math.log(p[i])), entropy)  # entropy -= prob * logf(prob)
+            entropy = muladd32(-p[i], np.float32(math.log(p[i])), entropy)  # entropy -= prob * logf(prob)
     return entropy
 
 
@@ -336,7 +336,7 @@ class TempExt(Sampler):
             softmax(cur, True)
             entropy = _entropy(cur.p)
             normalized = F32(entropy / max_entropy)
-            dyn_temp = fma32(F32(max_temp - min_temp), _powf(normalized, self.exponent), min_temp)
+            dyn_temp = muladd32(F32(max_temp - min_temp), _powf(normalized, self.exponent), min_temp)
             temp_impl(cur, dyn_temp)
             _renormalise_double(cur.logit, cur.p)
         else:
@@ -371,8 +371,8 @@ class Mirostat(_Seeded):
         while i < self.m - 1 and i < cur.size - 1:
             t_i = _logf(F32(F32(i + 2) / F32(i + 1)))
             b_i = _logf(F32(cur.p[i] / cur.p[i + 1]))
-            sum_ti_bi = fma32(t_i, b_i, sum_ti_bi)
-            sum_ti_sq = fma32(t_i, t_i, sum_ti_sq)
+            sum_ti_bi = muladd32(t_i, b_i, sum_ti_bi)
+            sum_ti_sq = muladd32(t_i, t_i, sum_ti_sq)
             i += 1
         with np.errstate(all="ignore"):
             s_hat = F32(sum_ti_bi / sum_ti_sq)
@@ -389,7 +389,7 @@ class Mirostat(_Seeded):
     def _update(self, p):
         observed_surprise = -_log2f(p)
         e = F32(observed_surprise - self.tau)
-        self.mu = fma32(-self.eta, e, self.mu)  # mu - eta * e, contracted
+        self.mu = muladd32(-self.eta, e, self.mu)  # mu - eta * e
 
     def reset(self):
         self.mu = F32(F32(2.0) * self.tau)
@@ -631,7 +631,7 @@ class AdaptiveP(_Seeded):
         self.original_probs = cur.p.copy()
         target = min(max(self.target, F32(0.0)), F32(1.0))
         adapted = target if self.total_weight == 0.0 else \
-            fma32(F32(2.0), target, -F32(self.weighted_sum / self.total_weight))
+            muladd32(F32(2.0), target, -F32(self.weighted_sum / self.total_weight))
         adapted = min(max(F32(adapted), F32(0.0)), F32(1.0))
         inv_width = F32(F32(1.0) / self.WIDTH)
         live = cur.logit != -np.inf
@@ -645,8 +645,8 @@ class AdaptiveP(_Seeded):
 
     def accept(self, token):
         if self.pending_id == token:
-            self.weighted_sum = fma32(self.decay, self.weighted_sum, self.original_probs[self.pending_idx])
-            self.total_weight = fma32(self.decay, self.total_weight, F32(1.0))
+            self.weighted_sum = muladd32(self.decay, self.weighted_sum, self.original_probs[self.pending_idx])
+            self.total_weight = muladd32(self.decay, self.total_weight, F32(1.0))
         self.pending_id, self.pending_idx = None, -1
 
     def reset(self):

@@ -6,10 +6,10 @@ list (`size = k`) is slicing; reordering applies one permutation to all three ar
 the structs does.
 
 Float arithmetic follows the C++ statement by statement in float32 (numba's `math.exp/log/pow` on float32
-call the C library's expf/logf/powf, as llama.cpp does). Where GCC contracts `a * b + c` into one fused
-multiply-add (C++ code is compiled with -ffp-contract=fast), `fma32` computes it: the product exactly in
-double, one double addition, one rounding to float (a double rounding that differs from the fused
-result only when the double sum falls exactly on a float rounding boundary, about 2^-29 of the time).
+call the C library's expf/logf/powf, as llama.cpp does). `a * b + c` is two roundings, the product's and the
+sum's (`muladd32`): libllama's sources are compiled without -march (GGML_NATIVE only reaches ggml's CPU
+backend), so GCC has no FMA instruction to contract them into - its libllama.so holds none, and the
+dynamic-temperature sampler's entropy sum matches it this way only (tests/test_sampling.py).
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class TokenDataArray:
 
 
 @njit(cache=True)
-def fma32(a, b, c):
-    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+def muladd32(a, b, c):
+    """float a * b + c as libllama computes it: the product rounded to float, then the sum."""
+    return np.float32(np.float32(np.float64(a) * np.float64(b)) + np.float32(c))
 
 
 @njit(cache=True)
@@ -67,7 +68,7 @@ def _bucket_partial_sort(logit, npartial):
     bucket = np.empty(n, np.int64)
     histo = np.zeros(nbuckets, np.int64)
     for i in range(n):
-        ib = int(fma32(scale, logit[i], inter))  # contracted: fma(bucket_scale, val, bucket_inter)
+        ib = int(muladd32(scale, logit[i], inter))  # bucket_scale * val + bucket_inter
         ib = max(0, min(nbuckets - 1, ib))
         bucket[i] = ib
         histo[ib] += 1

@@ -1,6 +1,6 @@
 // Runs llama.cpp's samplers (public API of libllama, commit 0c1e570) on synthetic logits with many ties and
 // prints the selected ids and the last step's candidates as JSON lines: a reference for synapse's port.
-// usage: samplers VOCAB.gguf > samplers.jsonl
+// usage: samplers VOCAB.gguf [continuous] > samplers.jsonl
 #include "llama.h"
 #include <cmath>
 #include <cstdio>
@@ -14,6 +14,10 @@
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 int main(int argc, char ** argv) {
+    // "continuous": logits (u >> 8) / 2^21 - 4 (2^24 values in [-4, 4), few ties: the float orders of entropy and
+    // the other sums show), instead of u % 64 / 8 - 4
+    const bool continuous = argc > 2 && strcmp(argv[2], "continuous") == 0;
+    std::mt19937 gen2(43);  // (the temp_ext_rows case's logits)
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
@@ -57,7 +61,8 @@ int main(int argc, char ** argv) {
         llama_token_data_array arr;
         for (int step = 0; step < 24; step++) {
             for (int i = 0; i < n_vocab; i++) {
-                cur[i] = {i, (float)(gen() % 64) / 8.0f - 4.0f, 0.0f};
+                const uint32_t u = gen();
+                cur[i] = {i, continuous ? (float)(u >> 8) * (1.0f / 2097152.0f) - 4.0f : (float)(u % 64) / 8.0f - 4.0f, 0.0f};
             }
             for (size_t k = hist.size() - 3; k < hist.size(); k++) cur[hist[k]].logit += 3.0f;
             arr = {cur.data(), cur.size(), -1, false};
@@ -74,6 +79,23 @@ int main(int argc, char ** argv) {
             printf("%s[%d, \"%08x\", \"%08x\"]", i ? ", " : "", arr.data[i].id, fbits(arr.data[i].logit), fbits(arr.data[i].p));
         printf("]}\n");
         llama_sampler_free(chain);
+    }
+    if (continuous) {
+        // the dynamic temperature alone on 100 rows of 1000 logits (gen continued): its entropy sum's float order
+        // decides the last bits of every scaled logit; printed: the first candidate's logit bits per row
+        printf("{\"case\": \"temp_ext_rows\", \"bits\": [");
+        std::vector<llama_token_data> row(1000);
+        for (int r = 0; r < 100; r++) {
+            for (int i = 0; i < 1000; i++) {
+                row[i] = {i, (float)(gen2() >> 8) * (1.0f / 2097152.0f) - 4.0f, 0.0f};
+            }
+            llama_token_data_array a = {row.data(), row.size(), -1, false};
+            llama_sampler * s = llama_sampler_init_temp_ext(0.9f, 0.5f, 1.3f);
+            llama_sampler_apply(s, &a);
+            llama_sampler_free(s);
+            printf("%s\"%08x\"", r ? ", " : "", fbits(a.data[0].logit));
+        }
+        printf("]}\n");
     }
     llama_model_free(model);
     return 0;
