@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+import kernels.config  # noqa: F401  (sets NUMBA_CACHE_DIR before numba is imported: its cache goes to .cache/numba)
 from numba import njit
 
 from kernels.errors import SynapseError
