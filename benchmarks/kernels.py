@@ -35,7 +35,9 @@ GEMV_SHAPES = [(1536, 1536), (8960, 1536), (1536, 8960), (1536, 151936)]  # (K, 
 GEMM_SHAPE = (1536, 8960)
 # byte offsets of the fp16 scale fields inside a block (kept finite and small so sums stay sane)
 SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
-                 "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,)}
+                 "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,),
+                 "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,),
+                 "IQ1_M": (), "TQ1_0": (52,), "TQ2_0": (64,), "Q1_0": (0,), "Q2_0": (0,)}
 
 
 @config.pjit

@@ -9,13 +9,14 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                unaligned), load_u32, load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
-               mul32, sub8, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3 digits), hsum32
+               mul32, and32, xor32, sra32, sub8, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3
+               digits), hsum32; pdep64 (BMI2, `HAS_BMI2`)
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed),
-               entries8 / entries4 (eight 4-byte / four 8-byte table entries), sign_bytes (32 sign bits -> +-1
-               bytes), halves16
+               entries8 / entries4 (eight 4-byte / four 8-byte table entries), sign_bytes / bit_signs (32 bits -> +-1
+               bytes), bytes_to_qwords, halves16, word_splat16, iq1m_scales
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -40,6 +41,8 @@ _FEATURES = config.CPU_FEATURES
 HAS_AVX2 = "avx2" in _FEATURES and not config.NO_SIMD
 # AVX-VNNI or AVX512-VNNI(+VL): vpdpwssd / vpdpbusd on ymm registers
 HAS_VNNI = HAS_AVX2 and ("avxvnni" in _FEATURES or {"avx512vnni", "avx512vl"} <= _FEATURES)
+# pdep (ggml's AVX2 IQ1 kernels gather their grid indices with it when __BMI2__ is defined)
+HAS_BMI2 = "bmi2" in _FEATURES and not config.NO_SIMD
 
 
 class Vec(types.Type):
@@ -267,6 +270,8 @@ add16 = _make_binop(V16I16, "add")
 add32 = _make_binop(V8I32, "add")
 sub32 = _make_binop(V8I32, "sub")
 mul32 = _make_binop(V8I32, "mul")
+and32 = _make_binop(V8I32, "and_")
+xor32 = _make_binop(V8I32, "xor")
 sub8 = _make_binop(V32I8, "sub")
 mul8 = _make_binop(V32I8, "mul")  # bytes times bytes mod 256 (no x86 instruction: LLVM widens to vpmullw)
 fadd = _make_binop(V8F32, "fadd")
@@ -364,6 +369,32 @@ def _make_shift16(op: str):
 
 srl16 = _make_shift16("lshr")
 sll16 = _make_shift16("shl")
+
+
+@intrinsic
+def sra32(typingctx, a, k):
+    """<8 x i32> shifted right arithmetically by k (vpsrad)."""
+    if a != V8I32 or not isinstance(k, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.ashr(args[0], _splat(builder, context.cast(builder, args[1], sig.args[1], types.int32),
+                                            ir.VectorType(_i32, 8)))
+
+    return V8I32(a, k), codegen
+
+
+@intrinsic
+def pdep64(typingctx, x, mask):
+    """BMI2 pdep: the low bits of x deposited, in order, at the set bits of mask (uint64). Needs HAS_BMI2."""
+    if not (isinstance(x, types.Integer) and isinstance(mask, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = [context.cast(builder, v, t, types.uint64) for v, t in zip(args, sig.args)]
+        return _call(builder, "llvm.x86.bmi.pdep.64", _i64, a)
+
+    return types.uint64(x, mask), codegen
 
 
 @intrinsic
@@ -541,6 +572,45 @@ def entries8(typingctx, table, i0, i1, i2, i3, i4, i5, i6, i7):
 
 
 @intrinsic
+def word_splat16(typingctx, v, k):
+    """<16 x i16>: in each 128-bit half, every lane = word k of that half (k < 8; one vpshufb, its mask a constant
+    where k is)."""
+    if v != V16I16 or not isinstance(k, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        k16 = builder.trunc(context.cast(builder, args[1], sig.args[1], types.int64), _i16)
+        two_k = builder.shl(k16, ir.Constant(_i16, 1))
+        mask = _splat(builder, builder.or_(two_k, builder.shl(builder.add(two_k, ir.Constant(_i16, 1)),
+                                                              ir.Constant(_i16, 8))), V16I16.llvm_type())
+        b = _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(),
+                  [builder.bitcast(args[0], V32I8.llvm_type()), builder.bitcast(mask, V32I8.llvm_type())])
+        return builder.bitcast(b, V16I16.llvm_type())
+
+    return V16I16(v, k), codegen
+
+
+@intrinsic
+def iq1m_scales(typingctx, arr, offset):
+    """IQ1_M's 16 sub-block scales 2 ls + 1 from its four scale words at `offset`, in ggml's AVX2 layout: the u64
+    broadcast, shifted by 0, 6, 3, 9 per 64-bit lane (vpsrlvq), each 16-bit field & 7, times 2, plus 1. Word k of
+    the low half: sub-block 2k (k < 4) or 2(k - 4) + 1, weights 0..15; the high half the same for weights 16..31:
+    sub-block ib's scales are word_splat16 of word ib // 2 + 4 (ib % 2)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        w = builder.load(builder.bitcast(p, _i64.as_pointer()), align=1)
+        v = builder.lshr(_splat(builder, w, ir.VectorType(_i64, 4)), ir.Constant(ir.VectorType(_i64, 4), [0, 6, 3, 9]))
+        w16 = ir.VectorType(_i16, 16)
+        v = builder.and_(builder.bitcast(v, w16), ir.Constant(w16, [7] * 16))
+        return builder.add(builder.shl(v, ir.Constant(w16, [1] * 16)), ir.Constant(w16, [1] * 16))
+
+    return V16I16(arr, offset), codegen
+
+
+@intrinsic
 def halves16(typingctx, lo, hi):
     """<16 x i16>: lo in the 8 low lanes, hi in the 8 high ones (per-16-weight scales of a 32-weight sub-block,
     as ggml's scale shuffles give them to vpmaddwd)."""
@@ -571,6 +641,41 @@ def sign_bytes(typingctx, bits):
         bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
         neg = builder.icmp_unsigned("==", builder.and_(v, bit), bit)
         return builder.or_(builder.sext(neg, v8), ir.Constant(v8, [1] * 32))
+
+    return V32I8(bits), codegen
+
+
+@intrinsic
+def bit_signs(typingctx, bits):
+    """<32 x i8>: +1 in byte k where bit k of the 32-bit `bits` is set, -1 elsewhere (ggml's Q1_0 AVX2 expansion:
+    broadcast, vpshufb, vpand, vpcmpeqb with zero; then or 1): Q1_0's weights in units of d, for sign8. The
+    bits are not inverted first, so LLVM broadcasts them straight from memory."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = V32I8.llvm_type()
+        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
+        v = builder.bitcast(_splat(builder, b, ir.VectorType(_i32, 8)), v8)
+        v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [k // 8 for k in range(32)]))
+        bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
+        clear = builder.icmp_unsigned("==", builder.and_(v, bit), ir.Constant(v8, None))
+        return builder.or_(builder.sext(clear, v8), ir.Constant(v8, [1] * 32))
+
+    return V32I8(bits), codegen
+
+
+@intrinsic
+def bytes_to_qwords(typingctx, bits):
+    """<32 x i8>: 8-byte lane e = byte e of the 32-bit `bits` sign-extended (vpmovsxbq): a 0x80 byte gives eight
+    -1 bytes, a 0 byte eight 0 (ggml's IQ1_M AVX2 delta signs: _mm256_cvtepi8_epi64 of its pdep'd sign bits)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
+        v = builder.sext(builder.bitcast(b, ir.VectorType(_i8, 4)), ir.VectorType(_i64, 4))
+        return builder.bitcast(v, V32I8.llvm_type())
 
     return V32I8(bits), codegen
 

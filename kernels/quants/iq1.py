@@ -45,9 +45,10 @@ from .iq_grid import TILED, VEC, biased, hsum8v
 from .iq_tables import IQ1S_GRID
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, abs8, cvt_f32, dpwssd, entries4, ffma, halves16, hsum32, load16x16, load32, load8x32,
-                    maddubs, mul32, sign8, splat32, splat8, splatf, store16x16, store32, store8x32, sub32, zero32,
-                    zerof)
+from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add32, and32, bytes_to_qwords, cvt_f32, dpwssd, entries4, ffma,
+                    halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32, load_u32, maddubs, mul32, or8,
+                    pdep64, sign8, splat16, splat32, splat8, splatf, sra32, store16x16, store32, store8x32, sub32,
+                    word_splat16, xor32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 QK = 32
@@ -193,36 +194,75 @@ def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
 
 @ijit
 def _grid32(row, o, TYPE, ib):
-    """Sub-block ib's 32 grid values (<32 x i8>)."""
-    return entries4(GRID, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
-                    _index(row, o, TYPE, ib, 3))
+    """Sub-block ib's 32 grid values (<32 x i8>). With BMI2 its four 11-bit indices come from two pdeps into the
+    16-bit fields of one word, as ggml's kernels build them (fewer scalar operations)."""
+    if not HAS_BMI2:
+        return entries4(GRID, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
+                        _index(row, o, TYPE, ib, 3))
+    if TYPE == IQ1_S:
+        p = (pdep64(load_u32(row, o + 2 + 4 * ib), 0x00FF00FF00FF00FF)
+             | pdep64(read_u16(row, o + 34 + 2 * ib), 0x0700070007000700))
+    else:
+        p = (pdep64(load_u32(row, o + 4 * ib), 0x00FF00FF00FF00FF)
+             | pdep64(read_u16(row, o + 32 + 2 * ib) & 0x7777, 0x0F000F000F000F00))
+    return entries4(GRID, p & 0xFFFF, (p >> 16) & 0xFFFF, (p >> 32) & 0xFFFF, p >> 48)
 
 
 @ijit
 def _delta32(row, o, TYPE, ib):
-    """Sub-block ib's 32 delta signs (<32 x i8> of +-1)."""
+    """Sub-block ib's 32 delta signs (<32 x i8> of +-1). IQ1_M with BMI2: bit 3 of each entry's nibble pdep'd to
+    bit 7 of byte e, sign-extended to the entry's 8 bytes, or 1 (ggml's kernel, whose vpsignb needs only the
+    signs), then exact +-1 for the batch kernel's vpmaddubsw."""
     if TYPE == IQ1_S:
         return splat8(np.int8(1 - 2 * _neg(row, o, TYPE, ib, 0)))
+    if HAS_BMI2:
+        ones = splat8(1)  # (0x81 | 1 is -127: sign8 makes it -1)
+        return sign8(ones, or8(bytes_to_qwords(pdep64(read_u16(row, o + 32 + 2 * ib) & 0x8888, 0xF0F0F0F0)), ones))
     return entries4(DELTA_SIGNS, _neg(row, o, TYPE, ib, 0), _neg(row, o, TYPE, ib, 1), _neg(row, o, TYPE, ib, 2),
                     _neg(row, o, TYPE, ib, 3))
 
 
 @ijit
-def _scales16(row, o, TYPE, ib):
-    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above."""
+def _scales16(row, o, TYPE, ib, sc):
+    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above (IQ1_M: from
+    its super-block's _all_scales sc, as ggml's kernel)."""
+    if TYPE == IQ1_M:
+        return word_splat16(sc, ib // 2 + 4 * (ib % 2))
     return halves16(_ls(row, o, TYPE, ib, 0), _ls(row, o, TYPE, ib, 1))
 
 
 @ijit
-def _step(TYPE, MODE, dx, yd, gl, dl, A, A2, s):
-    """One super-block's float step (module docstring) from its lanes gl, dl."""
+def _all_scales(row, o, TYPE):
+    """IQ1_M: the super-block's 16 scales (iq1m_scales); IQ1_S: unused."""
+    return iq1m_scales(row, o + 48) if TYPE == IQ1_M else zero16()
+
+
+@ijit
+def _delta_sum(row, TYPE, bsums, t, sb):
+    """IQ1_S: super-block sb's delta-sign sum with token t, (2 ls + 1) * sign * (the sub-block's two bsums) over
+    its sub-blocks (ggml's scalar sumi1, here in vectors) (IQ1_S needs only this total, never its lanes). IQ1_M: 0 (its delta
+    lanes are vectors)."""
+    if TYPE == IQ1_M:
+        return np.int32(0)
+    h = load8_i16_as_i32(row, _bytes(TYPE) * sb + 34)  # the 8 qh words, sign-extended: bit 15 -> the int32 sign
+    ls = and32(sra32(h, 12), splat32(7))
+    ls = add32(add32(ls, ls), splat32(1))
+    neg = sra32(h, 31)
+    bs = dpwssd(zero32(), load16x16(bsums, 2 * (t * bsums.shape[1] + 16 * sb)), splat16(1))  # per sub-block
+    return hsum32(mul32(bs, sub32(xor32(ls, neg), neg)))
+
+
+@ijit
+def _step(TYPE, MODE, dx, yd, gl, dl, dsum, A, A2, s):
+    """One super-block's float step (module docstring) from its lanes gl and its delta lanes dl (IQ1_M) or their
+    total dsum (IQ1_S)."""
     if MODE == TILED:
-        s1 = np.float32(8 * hsum32(gl) + hsum32(dl))
+        s1 = np.float32(8 * hsum32(gl) + (dsum if TYPE == IQ1_S else hsum32(dl)))
         return A, A2, fma_f32(np.float32(np.float32(dx * DELTA) * s1), yd, s)
     d = np.float32(dx * yd)
     A = ffma(splatf(d), cvt_f32(gl), A)
     if TYPE == IQ1_S:
-        return A, A2, fma_f32(d, np.float32(hsum32(dl)), s)
+        return A, A2, fma_f32(d, np.float32(dsum), s)
     return A, ffma(splatf(d), cvt_f32(dl), A2), s
 
 
@@ -237,7 +277,7 @@ def _finish(TYPE, MODE, A, A2, s):
 
 
 @ijit
-def _row_one(row, TYPE, MODE, qa, t, yd):
+def _row_one(row, TYPE, MODE, qa, t, yd, bsums):
     """One row with token t, straight from its blocks."""
     K = qa.shape[1]
     BYTES = _bytes(TYPE)
@@ -249,13 +289,16 @@ def _row_one(row, TYPE, MODE, qa, t, yd):
         o = sb * BYTES
         gl = zero32()
         dl = zero32()
+        sc = _all_scales(row, o, TYPE)
         for ib in range(8):
             q = load32(qa, t * K + QK_K * sb + QK * ib)
             g = _grid32(row, o, TYPE, ib)
-            scales = _scales16(row, o, TYPE, ib)
+            scales = _scales16(row, o, TYPE, ib, sc)
             gl = dpwssd(gl, maddubs(abs8(g), sign8(q, g)), scales)
-            dl = dpwssd(dl, maddubs(ones, sign8(q, _delta32(row, o, TYPE, ib))), scales)
-        A, A2, s = _step(TYPE, MODE, _d(row, o, TYPE), yd[t, sb], gl, dl, A, A2, s)
+            if TYPE == IQ1_M:
+                dl = dpwssd(dl, maddubs(ones, sign8(q, _delta32(row, o, TYPE, ib))), scales)
+        A, A2, s = _step(TYPE, MODE, _d(row, o, TYPE), yd[t, sb], gl, dl, _delta_sum(row, TYPE, bsums, t, sb), A, A2,
+                         s)
     return _finish(TYPE, MODE, A, A2, s)
 
 
@@ -263,7 +306,8 @@ def _row_one(row, TYPE, MODE, qa, t, yd):
 def _decode_row(row, TYPE, K, dq, corr, dx):
     """The row's sub-block b into dq at 96b: its grid values, delta signs and vpmaddwd scales (_scales16); per
     super-block the lanes' bias corrections into corr (64 bytes each: 128 * the scaled lane sums of the grid values,
-    then of the delta signs, which the biased activations add) and its d into dx."""
+    then of the delta signs, which the biased activations add) and its d into dx. (IQ1_S's delta signs and their
+    correction are left unused: its delta sum comes from the bsums, _delta_sum.)"""
     BYTES = _bytes(TYPE)
     ones = splat8(1)
     b128 = splat32(128)
@@ -272,22 +316,24 @@ def _decode_row(row, TYPE, K, dq, corr, dx):
         dx[sb] = _d(row, o, TYPE)
         cg = zero32()
         cd = zero32()
+        sc = _all_scales(row, o, TYPE)
         for ib in range(8):
             p = 96 * (8 * sb + ib)
             g = _grid32(row, o, TYPE, ib)
-            delta = _delta32(row, o, TYPE, ib)
-            scales = _scales16(row, o, TYPE, ib)
+            scales = _scales16(row, o, TYPE, ib, sc)
             store32(dq, p, g)
-            store32(dq, p + 32, delta)
             store16x16(dq, p + 64, scales)
             cg = dpwssd(cg, maddubs(ones, g), scales)
-            cd = dpwssd(cd, maddubs(ones, delta), scales)
+            if TYPE == IQ1_M:
+                delta = _delta32(row, o, TYPE, ib)
+                store32(dq, p + 32, delta)
+                cd = dpwssd(cd, maddubs(ones, delta), scales)
         store8x32(corr, 64 * sb, mul32(cg, b128))
         store8x32(corr, 64 * sb + 32, mul32(cd, b128))
 
 
 @ijit
-def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
+def _row_tokens(row, dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, t1, n, out):
     """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
     sub-block loaded once for the four. qb: the activations + 128 (unsigned; |pair sums| <= 2 * 255 < 2^15), the
     +128's share subtracted per super-block (corr)."""
@@ -322,16 +368,21 @@ def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
                 g1 = dpwssd(g1, maddubs(q1, g), scales)
                 g2 = dpwssd(g2, maddubs(q2, g), scales)
                 g3 = dpwssd(g3, maddubs(q3, g), scales)
-                d0 = dpwssd(d0, maddubs(q0, delta), scales)
-                d1 = dpwssd(d1, maddubs(q1, delta), scales)
-                d2 = dpwssd(d2, maddubs(q2, delta), scales)
-                d3 = dpwssd(d3, maddubs(q3, delta), scales)
-            cg = load8x32(corr, 64 * s)
+                if TYPE == IQ1_M:
+                    d0 = dpwssd(d0, maddubs(q0, delta), scales)
+                    d1 = dpwssd(d1, maddubs(q1, delta), scales)
+                    d2 = dpwssd(d2, maddubs(q2, delta), scales)
+                    d3 = dpwssd(d3, maddubs(q3, delta), scales)
+            cg = load8x32(corr, 64 * s)  # (IQ1_S: its bytes 32.. unused)
             cd = load8x32(corr, 64 * s + 32)
-            A0, B0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(g0, cg), sub32(d0, cd), A0, B0, s0)
-            A1, B1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(g1, cg), sub32(d1, cd), A1, B1, s1)
-            A2, B2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(g2, cg), sub32(d2, cd), A2, B2, s2)
-            A3, B3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(g3, cg), sub32(d3, cd), A3, B3, s3)
+            A0, B0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(g0, cg), sub32(d0, cd),
+                               _delta_sum(row, TYPE, bsums, t, s), A0, B0, s0)
+            A1, B1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(g1, cg), sub32(d1, cd),
+                               _delta_sum(row, TYPE, bsums, u, s), A1, B1, s1)
+            A2, B2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(g2, cg), sub32(d2, cd),
+                               _delta_sum(row, TYPE, bsums, v, s), A2, B2, s2)
+            A3, B3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(g3, cg), sub32(d3, cd),
+                               _delta_sum(row, TYPE, bsums, x, s), A3, B3, s3)
         out[t, n] = _finish(TYPE, MODE, A0, B0, s0)
         out[u, n] = _finish(TYPE, MODE, A1, B1, s1)
         out[v, n] = _finish(TYPE, MODE, A2, B2, s2)
@@ -342,7 +393,7 @@ def _mm_avx2_of(TYPE: int):
     """The AVX2 kernel of one type, TYPE a constant of its closure (so its branches fold: iq_grid._mm_avx2_of)."""
 
     @pjit
-    def mm(raw, MODE, qa, yd, out, nt):
+    def mm(raw, MODE, qa, yd, bsums, out, nt):
         """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token:
         rows straight from their blocks; a batch: work items of one row x one pass of tokens (passes outermost),
         each row decoded once per item."""
@@ -351,7 +402,7 @@ def _mm_avx2_of(TYPE: int):
         if T == 1:
             for c in prange(nt):
                 for n in range(c * N // nt, (c + 1) * N // nt):
-                    out[0, n] = _row_one(raw[n], TYPE, MODE, qa, 0, yd)
+                    out[0, n] = _row_one(raw[n], TYPE, MODE, qa, 0, yd, bsums)
             return
         qb = biased(qa)
         tp = q32.pass_tokens(T, K)
@@ -365,7 +416,7 @@ def _mm_avx2_of(TYPE: int):
                 n = item % N
                 t0 = (item // N) * tp
                 _decode_row(raw[n], TYPE, K, dq, corr, dx)
-                _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, min(T, t0 + tp), n, out)
+                _row_tokens(raw[n], dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, min(T, t0 + tp), n, out)
 
     return mm
 
@@ -376,7 +427,7 @@ _MM_AVX2 = {t: _mm_avx2_of(t) for t in TYPES}
 def run(TYPE: int, raw: np.ndarray, a, out: np.ndarray, mode: int) -> None:
     """out (T, N) = raw's rows times the Q8_K activations a, in the float sequence mode."""
     if HAS_AVX2:
-        _MM_AVX2[TYPE](raw, mode, a.qs, a.d, out, work_chunks())
+        _MM_AVX2[TYPE](raw, mode, a.qs, a.d, a.bsums, out, work_chunks())
     else:
         _mm_scalar(raw, TYPE, mode, a.qs, a.d, GRID, out)
 

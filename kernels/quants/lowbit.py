@@ -15,7 +15,7 @@ tinyBLAS, no tiled matmul). Per 32-weight sub-block k (its Q8_0 activation block
            from sumi = 0 (each product exact: an fp16 times an integer below 2^13); sumf = sumf + d * sumi, rounded
            twice (the build's GCC does not contract this `+=`: tests/reference lowbit.bin); out = sumf
 
-AVX2: a sub-block's 32 signed weights (Q1_0: sign_bytes of its bits; Q2_0: its codes spread by vpshufb, shifted
+AVX2: a sub-block's 32 signed weights (Q1_0: bit_signs of its bits; Q2_0: its codes spread by vpshufb, shifted
 and masked per byte position, minus 1), then vpmaddubsw of their magnitudes with the activations signed by them
 and vpmaddwd by ones. A batch runs four tokens a time per decoded sub-block. Without AVX2 the same sums run on
 scalars (_mm_scalar).
@@ -32,8 +32,8 @@ from ..ggml_type import GGMLType
 from .iq4 import hsum_float_8
 from .iq_grid import hsum8v
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, abs8, and8, bcast16b, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load_u32, lut16,
-                    maddubs, or8, sign8, sign_bytes, splat16, splat8, splatf, srl16, sub8, zero32, zerof)
+from ._simd import (HAS_AVX2, abs8, and8, bcast16b, bit_signs, cvt_f32, dpwssd, ffma, fmul, hsum32, load32, load_u32, lut16,
+                    maddubs, or8, sign8, splat16, splat8, splatf, srl16, sub8, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 Q1_0, Q2_0 = int(GGMLType.Q1_0), int(GGMLType.Q2_0)
@@ -130,7 +130,7 @@ def _mm_scalar(raw, TYPE, qa, yd, out):
 def _weights32(row, o, TYPE, k):
     """Sub-block k's 32 weights in units of d (<32 x i8>)."""
     if TYPE == Q1_0:
-        return sign_bytes(~load_u32(row, o + 2 + 4 * k) & 0xFFFFFFFF)  # -1 where the bit is 0
+        return bit_signs(load_u32(row, o + 2 + 4 * k))
     s = lut16(bcast16b(row, o + 2), load32(Q2_SPREAD, 32 * k))
     c = or8(or8(and8(s, load32(Q2_MASKS, 0)), and8(srl16(s, 2), load32(Q2_MASKS, 32))),
             or8(and8(srl16(s, 4), load32(Q2_MASKS, 64)), and8(srl16(s, 6), load32(Q2_MASKS, 96))))
@@ -138,9 +138,10 @@ def _weights32(row, o, TYPE, k):
 
 
 @ijit
-def _lanes(w, qa, oa):
-    """The 8 lanes of the weights w with the 32 activations at byte oa."""
-    return dpwssd(zero32(), maddubs(abs8(w), sign8(load32(qa, oa), w)), splat16(1))
+def _lanes(TYPE, w, qa, oa):
+    """The 8 lanes of the weights w with the 32 activations at byte oa (Q1_0's |w| is 1: ggml's vpmaddubsw by
+    ones)."""
+    return dpwssd(zero32(), maddubs(splat8(1) if TYPE == Q1_0 else abs8(w), sign8(load32(qa, oa), w)), splat16(1))
 
 
 @ijit
@@ -181,10 +182,10 @@ def _row_tokens(row, TYPE, qa, yd, t, u, v, x, n, out):
         for k in range(SB):
             w = _weights32(row, o, TYPE, k)
             e = QK8 * (SB * b + k)
-            B0, s0 = _step(TYPE, k, yd[t, SB * b + k], _lanes(w, qa, t * K + e), B0, s0)
-            B1, s1 = _step(TYPE, k, yd[u, SB * b + k], _lanes(w, qa, u * K + e), B1, s1)
-            B2, s2 = _step(TYPE, k, yd[v, SB * b + k], _lanes(w, qa, v * K + e), B2, s2)
-            B3, s3 = _step(TYPE, k, yd[x, SB * b + k], _lanes(w, qa, x * K + e), B3, s3)
+            B0, s0 = _step(TYPE, k, yd[t, SB * b + k], _lanes(TYPE, w, qa, t * K + e), B0, s0)
+            B1, s1 = _step(TYPE, k, yd[u, SB * b + k], _lanes(TYPE, w, qa, u * K + e), B1, s1)
+            B2, s2 = _step(TYPE, k, yd[v, SB * b + k], _lanes(TYPE, w, qa, v * K + e), B2, s2)
+            B3, s3 = _step(TYPE, k, yd[x, SB * b + k], _lanes(TYPE, w, qa, x * K + e), B3, s3)
         d = f16_to_f32(read_u16(row, o))
         A0, f0 = _block_step(TYPE, d, B0, s0, A0, f0)
         A1, f1 = _block_step(TYPE, d, B1, s1, A1, f1)
@@ -208,7 +209,7 @@ def _row_one(row, TYPE, qa, yd, n, out):
         B = zerof()
         sumi = np.float32(0)
         for k in range(SB):
-            B, sumi = _step(TYPE, k, yd[0, SB * b + k], _lanes(_weights32(row, o, TYPE, k), qa, QK8 * (SB * b + k)),
+            B, sumi = _step(TYPE, k, yd[0, SB * b + k], _lanes(TYPE, _weights32(row, o, TYPE, k), qa, QK8 * (SB * b + k)),
                             B, sumi)
         A, sumf = _block_step(TYPE, f16_to_f32(read_u16(row, o)), B, sumi, A, sumf)
     out[0, n] = _finish(TYPE, A, sumf)
