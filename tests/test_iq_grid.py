@@ -213,3 +213,22 @@ def test_iq1_avx2_kernels_without_bmi2_equal_ggml(tmp_path):
                        text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("0 "), p.stdout
+
+
+@pytest.mark.skipif(not tq.HAS_AVX2, reason="AVX2 only")
+def test_trits8_is_the_top_base3_digit_of_every_byte():
+    """trits8 (ggml's saturating subtract and two rounding averages) equals (v * 3) >> 8 for all 256 bytes: the
+    top base-3 digit of TQ1_0's packing, and of bytes a hostile file may hold."""
+    from numba import njit
+
+    from kernels.quants._simd import load32, store32, trits8
+
+    @njit
+    def digits(v, out):
+        for o in range(0, 256, 32):
+            store32(out, o, trits8(load32(v, o)))
+
+    v = np.arange(256, dtype=np.uint8)
+    out = np.empty(256, np.uint8)
+    digits(v, out)
+    assert np.array_equal(out, (v.astype(np.int32) * 3 >> 8).astype(np.uint8))

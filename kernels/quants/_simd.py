@@ -9,7 +9,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                unaligned), load_u32, load8_u8_as_i32, load8_i16_as_i32, load8_f16, load16_lo, bcast4, store_rows8/4,
                prefetch_span
     integer    and8, or8, xor8, srl16/sll16 (16-bit lane shifts of byte vectors; callers mask), sub16, add16, add32, sub32,
-               mul32, and32, xor32, sra32, sub8, mul8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3
+               mul32, and32, xor32, sra32, sub8, add8, splat*, pair16, q5_bits (Q5 fifth bits), trits8 (TQ1_0's base-3
                digits), hsum32; pdep64 (BMI2, `HAS_BMI2`)
     x86        maddubs (vpmaddubsw: u8 x s8 adjacent pairs -> int16, saturating), dpwssd (acc + vpmaddwd),
                lut16 (vpshufb: a 16-byte table looked up by 4-bit indices), abs8, sign8 (vpabsb, vpsignb),
@@ -273,7 +273,7 @@ mul32 = _make_binop(V8I32, "mul")
 and32 = _make_binop(V8I32, "and_")
 xor32 = _make_binop(V8I32, "xor")
 sub8 = _make_binop(V32I8, "sub")
-mul8 = _make_binop(V32I8, "mul")  # bytes times bytes mod 256 (no x86 instruction: LLVM widens to vpmullw)
+add8 = _make_binop(V32I8, "add")
 fadd = _make_binop(V8F32, "fadd")
 fmul = _make_binop(V8F32, "fmul")
 
@@ -682,18 +682,52 @@ def bytes_to_qwords(typingctx, bits):
 
 @intrinsic
 def trits8(typingctx, v):
-    """<32 x i8>: (v * 3) >> 8 of the unsigned bytes v, i.e. (v >= 86) + (v >= 171): the top base-3 digit of a
-    byte of TQ1_0's packing (ggml's AVX2 kernel gets the same digits by vpsubusb, vpavgb and a shift)."""
+    """<32 x i8>: (v * 3) >> 8 of the unsigned bytes v: the top base-3 digit of a byte of TQ1_0's packing, by
+    ggml's AVX2 sequence: a = v - 1 (saturating), c = avg(a, avg(a, 0)) (vpavgb rounds up), c >> 6 (equal for
+    all 256 bytes: tests/test_iq_grid.py)."""
     if v != V32I8:
         return None
 
     def codegen(context, builder, sig, args):
         v8 = V32I8.llvm_type()
-        one = builder.zext(builder.icmp_unsigned(">=", args[0], ir.Constant(v8, [86] * 32)), v8)
-        two = builder.zext(builder.icmp_unsigned(">=", args[0], ir.Constant(v8, [171] * 32)), v8)
-        return builder.add(one, two)
+        a = _call(builder, "llvm.usub.sat.v32i8", v8, [args[0], ir.Constant(v8, [1] * 32)])
+        b = _call(builder, "llvm.x86.avx2.pavg.b", v8, [a, ir.Constant(v8, None)])
+        c = _call(builder, "llvm.x86.avx2.pavg.b", v8, [a, b])
+        w16 = ir.VectorType(_i16, 16)
+        c = builder.bitcast(builder.lshr(builder.bitcast(c, w16), ir.Constant(w16, [6] * 16)), v8)
+        return builder.and_(c, ir.Constant(v8, [3] * 32))
 
     return V32I8(v), codegen
+
+
+@intrinsic
+def halves8(typingctx, lo, hi):
+    """<32 x i8>: the low 16 bytes of lo, then the low 16 bytes of hi (vinserti128)."""
+    if lo != V32I8 or hi != V32I8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_i32, 32),
+                                                                    list(range(16)) + list(range(32, 48))))
+
+    return V32I8(lo, hi), codegen
+
+
+@intrinsic
+def dwords4(typingctx, a, b, c, d):
+    """<32 x i8>: 4-byte group i from a, b, c, d for i % 4 = 0, 1, 2, 3 (vpblendd)."""
+    if not all(x == V32I8 for x in (a, b, c, d)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        w = ir.VectorType(_i32, 8)
+        a, b, c, d = (builder.bitcast(x, w) for x in args)
+        ab = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 8), [0, 9, 2, 11, 4, 13, 6, 15]))
+        cd = builder.shuffle_vector(c, d, ir.Constant(ir.VectorType(_i32, 8), [0, 9, 2, 11, 4, 13, 6, 15]))
+        r = builder.shuffle_vector(ab, cd, ir.Constant(ir.VectorType(_i32, 8), [0, 1, 10, 11, 4, 5, 14, 15]))
+        return builder.bitcast(r, V32I8.llvm_type())
+
+    return V32I8(a, b, c, d), codegen
 
 
 @intrinsic

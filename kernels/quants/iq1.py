@@ -46,9 +46,9 @@ from .iq_tables import IQ1S_GRID
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add32, and32, bytes_to_qwords, cvt_f32, dpwssd, entries4, ffma,
-                    halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32, load_u32, maddubs, mul32, or8,
-                    pdep64, sign8, splat16, splat32, splat8, splatf, sra32, store16x16, store32, store8x32, sub32,
-                    word_splat16, xor32, zero16, zero32, zerof)
+                    halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32, load_u32, maddubs,
+                    mul32, or8, pdep64, sign8, splat16, splat32, splat8, splatf, sra32, store16x16, store32, store8x32,
+                    sub32, word_splat16, xor32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 QK = 32
@@ -240,8 +240,8 @@ def _all_scales(row, o, TYPE):
 @ijit
 def _delta_sum(row, TYPE, bsums, t, sb):
     """IQ1_S: super-block sb's delta-sign sum with token t, (2 ls + 1) * sign * (the sub-block's two bsums) over
-    its sub-blocks (ggml's scalar sumi1, here in vectors) (IQ1_S needs only this total, never its lanes). IQ1_M: 0 (its delta
-    lanes are vectors)."""
+    its sub-blocks: ggml's scalar sumi1, here in vectors (IQ1_S needs only this total, never its lanes). IQ1_M: 0
+    (its delta lanes are vectors)."""
     if TYPE == IQ1_M:
         return np.int32(0)
     h = load8_i16_as_i32(row, _bytes(TYPE) * sb + 34)  # the 8 qh words, sign-extended: bit 15 -> the int32 sign

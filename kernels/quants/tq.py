@@ -15,8 +15,8 @@ bsums of weights 32k .. 32k + 31 (ggml's vpmaddubsw sums, then the bsums subtrac
 ones; exact: |16-bit sums| < 2^13). Then sumf = fma((float)lane, y.d * d, sumf) (GCC contracts ggml's
 _mm256_add_ps(_mm256_mul_ps(...), sumf)); out = hsum_float_8(sumf).
 
-AVX2: TQ2_0's chunks are shifts and masks of its bytes; TQ1_0's are digits of bytes times 3^n (mul8, trits8),
-decoded per super-block into a 256-byte scratch. One token reads the rows as stored; a batch decodes each row once
+AVX2: TQ2_0's chunks are shifts and masks of its bytes; TQ1_0's are digits of bytes times 3^n (_chunks: ggml's
+adds and shifts, trits8), in registers. One token reads the rows as stored; a batch decodes each row once
 per pass of tokens into u bytes and runs four tokens a time over them. Without AVX2 the same sums run on scalars.
 """
 
@@ -32,15 +32,13 @@ from . import q32
 from .iq4 import hsum_float_8
 from .iq_grid import hsum8v
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, and8, bcast16b, bcast4, cvt_f32, dpwssd, ffma, load16x16, load32, maddubs, mul8,
-                    splat16, splat8, splatf, srl16, store32, sub32, trits8, zero32, zerof)
+from ._simd import (HAS_AVX2, add16, add8, and8, bcast16b, bcast4, cvt_f32, dpwssd, dwords4, ffma, halves8, load16x16,
+                    load32, maddubs, sll16, splat16, splat8, splatf, srl16, store32, sub16, trits8, zero16, zero32,
+                    zerof)
 from .base import BlockFormat, register_as_stored
 
 TQ1_0, TQ2_0 = int(GGMLType.TQ1_0), int(GGMLType.TQ2_0)
 TYPES = (TQ1_0, TQ2_0)
-# mul8's multipliers of TQ1_0's bytes 32..47 (both halves of a bcast16b) and of its qh bytes (bcast4), per chunk
-POW3_HALVES = np.array([1] * 16 + [3] * 16 + [9] * 16 + [27] * 16 + [81] * 32, np.uint8)  # chunks 5, 6, 7
-POW3_QH = np.array([1] * 4 + [3] * 4 + [9] * 4 + [27] * 4 + [0] * 16, np.uint8)  # weights 240..255, then unused
 
 
 @ijit
@@ -122,46 +120,64 @@ def _mm_scalar(raw, TYPE, qa, yd, bsums, out):
 # ----------------------------------------------------------------------------------------- AVX2 kernels
 
 @ijit
-def _chunk(row, o, TYPE, c, scr):
-    """Chunk c's 32 u bytes (<32 x i8>): TQ2_0 from its bytes, TQ1_0 from the scratch _decode_tq1 filled."""
+def _times3(v):
+    """Bytes times 3 mod 256 (ggml: two byte adds; x86 has no byte multiply)."""
+    return add8(v, add8(v, v))
+
+
+@ijit
+def _times9(v):
+    """Bytes times 9 mod 256 (ggml: v << 3 within each byte, plus v)."""
+    return add8(and8(sll16(v, 3), splat8(np.int8(-8))), v)
+
+
+@ijit
+def _chunks(row, o, TYPE):
+    """The super-block's eight 32-weight chunks of u bytes (<32 x i8> each), in registers. TQ2_0: shifts and masks
+    of its bytes. TQ1_0, ggml's AVX2 sequence: the bytes times 3^n by adds and shifts, then their top base-3 digits
+    (trits8); chunk 5 = bytes 32..47 times 1 and 3, chunk 6 times 9 and 27, chunk 7 times 81 and the 4 qh bytes
+    times 1, 3, 9, 27."""
     if TYPE == TQ2_0:
-        return and8(srl16(load32(row, o + 32 * (c // 4)), 2 * (c % 4)), splat8(3))
-    return load32(scr, 32 * c)
-
-
-@ijit
-def _decode_tq1(row, o, scr):
-    """TQ1_0: the super-block's 256 u bytes into scr[0:256) (scr holds 272: the last store runs 16 bytes over)."""
+        m = splat8(3)
+        a = load32(row, o)
+        b = load32(row, o + 32)
+        return (and8(a, m), and8(srl16(a, 2), m), and8(srl16(a, 4), m), and8(srl16(a, 6), m),
+                and8(b, m), and8(srl16(b, 2), m), and8(srl16(b, 4), m), and8(srl16(b, 6), m))
     b = load32(row, o)
-    for c in range(5):
-        store32(scr, 32 * c, trits8(mul8(b, splat8(np.int8(3 ** c)))))
+    b3 = _times3(b)
+    b9 = _times9(b)
     h = bcast16b(row, o + 32)
-    for c in range(3):
-        store32(scr, 160 + 32 * c, trits8(mul8(h, load32(POW3_HALVES, 32 * c))))
-    store32(scr, 240, trits8(mul8(bcast4(row, o + 48), load32(POW3_QH, 0))))
+    h3 = _times3(h)
+    h9 = _times9(h)
+    q = bcast4(row, o + 48)
+    q3 = _times3(q)
+    return (trits8(b), trits8(b3), trits8(b9), trits8(_times9(b3)), trits8(_times9(b9)), trits8(halves8(h, h3)),
+            trits8(halves8(h9, _times9(h3))), trits8(halves8(_times9(h9), dwords4(q, q3, _times9(q), _times9(q3)))))
 
 
 @ijit
-def _lanes(row, o, TYPE, scr, qa, oa, bsums, ob):
-    """The super-block's 8 int32 lanes with the 256 activations at byte oa of qa (bsums at int16 ob)."""
-    ones = splat16(1)
-    acc = zero32()
-    for c in range(8):
-        acc = dpwssd(acc, maddubs(_chunk(row, o, TYPE, c, scr), load32(qa, oa + 32 * c)), ones)
-    return sub32(acc, dpwssd(zero32(), load16x16(bsums, 2 * ob), ones))
+def _lanes(chunks, qa, oa, bsums, ob):
+    """The super-block's 8 int32 lanes with the 256 activations at byte oa of qa (bsums at int16 ob): the chunks'
+    vpmaddubsw pair sums added in int16, minus the bsums, then vpmaddwd by ones (ggml's order of the same exact sums:
+    |int16 sum| <= 8 * 2 * 3 * 127 + 16 * 127 < 2^13, a hostile TQ2_0 code 3 included)."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = chunks
+    s = add16(maddubs(w0, load32(qa, oa)), maddubs(w1, load32(qa, oa + 32)))
+    s = add16(s, add16(maddubs(w2, load32(qa, oa + 64)), maddubs(w3, load32(qa, oa + 96))))
+    s = add16(s, add16(maddubs(w4, load32(qa, oa + 128)), maddubs(w5, load32(qa, oa + 160))))
+    s = add16(s, add16(maddubs(w6, load32(qa, oa + 192)), maddubs(w7, load32(qa, oa + 224))))
+    return dpwssd(zero32(), sub16(s, load16x16(bsums, 2 * ob)), splat16(1))
 
 
 @ijit
-def _row_one(row, TYPE, qa, t, yd, bsums, scr):
+def _row_one(row, TYPE, qa, t, yd, bsums):
     """One row with token t, straight from its blocks."""
     K = qa.shape[1]
     BYTES = _bytes(TYPE)
     A = zerof()
     for sb in range(K // QK_K):
         o = sb * BYTES
-        if TYPE == TQ1_0:
-            _decode_tq1(row, o, scr)
-        lanes = _lanes(row, o, TYPE, scr, qa, t * K + QK_K * sb, bsums, (t * K + QK_K * sb) // 16)
+        e = t * K + QK_K * sb
+        lanes = _lanes(_chunks(row, o, TYPE), qa, e, bsums, e // 16)
         A = ffma(cvt_f32(lanes), splatf(np.float32(yd[t, sb] * _d(row, o, TYPE))), A)
     return hsum8v(A)
 
@@ -173,16 +189,22 @@ def _decode_row(row, TYPE, K, dq, dx):
     for sb in range(K // QK_K):
         o = sb * BYTES
         dx[sb] = _d(row, o, TYPE)
-        if TYPE == TQ1_0:
-            _decode_tq1(row, o, dq[QK_K * sb:])
-        else:
-            for c in range(8):
-                store32(dq, QK_K * sb + 32 * c, _chunk(row, o, TYPE, c, dq))
+        w0, w1, w2, w3, w4, w5, w6, w7 = _chunks(row, o, TYPE)
+        e = QK_K * sb
+        store32(dq, e, w0)
+        store32(dq, e + 32, w1)
+        store32(dq, e + 64, w2)
+        store32(dq, e + 96, w3)
+        store32(dq, e + 128, w4)
+        store32(dq, e + 160, w5)
+        store32(dq, e + 192, w6)
+        store32(dq, e + 224, w7)
 
 
 @ijit
 def _row_tokens(dq, dx, qa, yd, bsums, t0, t1, n, out):
-    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token)."""
+    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token); int16 sums as
+    _lanes."""
     K = qa.shape[1]
     ones = splat16(1)
     for t in range(t0, t1, 4):
@@ -192,25 +214,25 @@ def _row_tokens(dq, dx, qa, yd, bsums, t0, t1, n, out):
         z = zerof()
         A0, A1, A2, A3 = z, z, z, z
         for s in range(K // QK_K):
-            a0 = zero32()
-            a1 = zero32()
-            a2 = zero32()
-            a3 = zero32()
+            a0 = zero16()
+            a1 = zero16()
+            a2 = zero16()
+            a3 = zero16()
             for c in range(8):
                 e = QK_K * s + 32 * c
                 w = load32(dq, e)
-                a0 = dpwssd(a0, maddubs(w, load32(qa, t * K + e)), ones)
-                a1 = dpwssd(a1, maddubs(w, load32(qa, u * K + e)), ones)
-                a2 = dpwssd(a2, maddubs(w, load32(qa, v * K + e)), ones)
-                a3 = dpwssd(a3, maddubs(w, load32(qa, x * K + e)), ones)
-            a0 = sub32(a0, dpwssd(zero32(), load16x16(bsums, 2 * ((t * K + QK_K * s) // 16)), ones))
-            a1 = sub32(a1, dpwssd(zero32(), load16x16(bsums, 2 * ((u * K + QK_K * s) // 16)), ones))
-            a2 = sub32(a2, dpwssd(zero32(), load16x16(bsums, 2 * ((v * K + QK_K * s) // 16)), ones))
-            a3 = sub32(a3, dpwssd(zero32(), load16x16(bsums, 2 * ((x * K + QK_K * s) // 16)), ones))
-            A0 = ffma(cvt_f32(a0), splatf(np.float32(yd[t, s] * dx[s])), A0)
-            A1 = ffma(cvt_f32(a1), splatf(np.float32(yd[u, s] * dx[s])), A1)
-            A2 = ffma(cvt_f32(a2), splatf(np.float32(yd[v, s] * dx[s])), A2)
-            A3 = ffma(cvt_f32(a3), splatf(np.float32(yd[x, s] * dx[s])), A3)
+                a0 = add16(a0, maddubs(w, load32(qa, t * K + e)))
+                a1 = add16(a1, maddubs(w, load32(qa, u * K + e)))
+                a2 = add16(a2, maddubs(w, load32(qa, v * K + e)))
+                a3 = add16(a3, maddubs(w, load32(qa, x * K + e)))
+            l0 = dpwssd(zero32(), sub16(a0, load16x16(bsums, 2 * ((t * K + QK_K * s) // 16))), ones)
+            l1 = dpwssd(zero32(), sub16(a1, load16x16(bsums, 2 * ((u * K + QK_K * s) // 16))), ones)
+            l2 = dpwssd(zero32(), sub16(a2, load16x16(bsums, 2 * ((v * K + QK_K * s) // 16))), ones)
+            l3 = dpwssd(zero32(), sub16(a3, load16x16(bsums, 2 * ((x * K + QK_K * s) // 16))), ones)
+            A0 = ffma(cvt_f32(l0), splatf(np.float32(yd[t, s] * dx[s])), A0)
+            A1 = ffma(cvt_f32(l1), splatf(np.float32(yd[u, s] * dx[s])), A1)
+            A2 = ffma(cvt_f32(l2), splatf(np.float32(yd[v, s] * dx[s])), A2)
+            A3 = ffma(cvt_f32(l3), splatf(np.float32(yd[x, s] * dx[s])), A3)
         out[t, n] = hsum8v(A0)
         out[u, n] = hsum8v(A1)
         out[v, n] = hsum8v(A2)
@@ -229,15 +251,14 @@ def _mm_avx2_of(TYPE: int):
         N = raw.shape[0]
         if T == 1:
             for c in prange(nt):
-                scr = np.empty(QK_K + 32, np.uint8)
                 for n in range(c * N // nt, (c + 1) * N // nt):
-                    out[0, n] = _row_one(raw[n], TYPE, qa, 0, yd, bsums, scr)
+                    out[0, n] = _row_one(raw[n], TYPE, qa, 0, yd, bsums)
             return
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
         n_items = N * n_pass
         for c in prange(nt):
-            dq = np.empty(K + 32, np.uint8)
+            dq = np.empty(K, np.uint8)
             dx = np.empty(K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
                 n = item % N
