@@ -177,10 +177,10 @@ def test_lowbit_dequantize_equals_numpy(typ):
 
 
 @pytest.mark.skipif(not iq1.HAS_BMI2, reason="the host has no BMI2: the main tests already run that path")
-def test_iq1_avx2_kernels_without_bmi2_equal_ggml(tmp_path):
-    """The IQ1 AVX2 kernels of a CPU without BMI2 (scalar grid indices and delta-sign tables instead of pdep),
-    compiled in a subprocess for the host's features minus bmi2, in their own numba cache: every IQ1_S / IQ1_M
-    case of the reference, in both orders, bit for bit."""
+def test_avx2_kernels_without_bmi2_equal_ggml(tmp_path):
+    """The AVX2 kernels of a CPU without BMI2 (scalar grid indices and delta-sign tables instead of pdep),
+    compiled in a subprocess for the host's features minus bmi2, in their own numba cache: every IQ1_S, IQ1_M,
+    IQ2_S and IQ3_S case of the reference, in both orders, bit for bit."""
     import os
     import subprocess
     import sys
@@ -193,13 +193,13 @@ def test_iq1_avx2_kernels_without_bmi2_equal_ggml(tmp_path):
         import sys, numpy as np
         sys.path.insert(0, "tests")
         from conftest import harness_cases
-        from kernels.quants import iq1
+        from kernels.quants import iq1, iq_grid
         from kernels.matmul import Weight, matmul
         from kernels.order import Order
         assert iq1.HAS_AVX2 and not iq1.HAS_BMI2
         bad = []
-        for typ, K, N, T, raw, x, ref in harness_cases("iq1.bin"):
-            if typ >= 2000:
+        for typ, K, N, T, raw, x, ref in harness_cases("iq1.bin") + harness_cases("iq_grid.bin"):
+            if typ not in (iq1.IQ1_S, iq1.IQ1_M, iq_grid.IQ2_S, iq_grid.IQ3_S):
                 continue
             for order in (Order.LLAMA,) if T > 1 else (Order.LLAMA, Order.SINGLE):
                 out = np.empty((T, N), np.float32)

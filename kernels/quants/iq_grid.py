@@ -47,8 +47,8 @@ from .iq4 import hsum_float_8
 from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KEVEN_SIGNS, KSIGNS
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef, load16x16,
-                    load32, load8x32, load_u32, maddubs, mul32, sign8, sign_bytes, splat32, splat8, splatf,
+from ._simd import (HAS_AVX2, HAS_BMI2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef, load16x16,
+                    load32, load8x32, load_u32, maddubs, mul32, pdep64, sign8, sign_bytes, splat32, splat8, splatf,
                     store16x16, store32, store8x32, sub32, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
@@ -243,8 +243,27 @@ def _mm_scalar(raw, TYPE, MODE, qa, yd, grid, out):
 # ----------------------------------------------------------------------------------------- AVX2 kernels
 
 @ijit
+def _packed4(row, o, TYPE, ib, g):
+    """IQ2_S, IQ3_S with BMI2: the grid indices of entries 4g..4g+3 of sub-block ib in the four 16-bit fields of a
+    word, by two pdeps (the low index bytes spread, the high bits deposited above them)."""
+    if TYPE == IQ2_S:
+        return (pdep64(load_u32(row, o + 2 + 4 * ib), 0x00FF00FF00FF00FF)
+                | pdep64(row[o + 66 + ib], 0x0300030003000300))
+    return (pdep64(load_u32(row, o + 2 + 8 * ib + 4 * g), 0x00FF00FF00FF00FF)
+            | pdep64(row[o + 66 + ib] >> (4 * g), 0x0100010001000100))
+
+
+@ijit
 def _magnitudes(row, o, TYPE, ib, grid):
     """Sub-block ib's 32 magnitudes (<32 x i8>)."""
+    if HAS_BMI2 and TYPE == IQ2_S:
+        p = _packed4(row, o, TYPE, ib, 0)
+        return entries4(grid, p & 0xFFFF, (p >> 16) & 0xFFFF, (p >> 32) & 0xFFFF, p >> 48)
+    if HAS_BMI2 and TYPE == IQ3_S:
+        p = _packed4(row, o, TYPE, ib, 0)
+        r = _packed4(row, o, TYPE, ib, 1)
+        return entries8(grid, p & 0xFFFF, (p >> 16) & 0xFFFF, (p >> 32) & 0xFFFF, p >> 48,
+                        r & 0xFFFF, (r >> 16) & 0xFFFF, (r >> 32) & 0xFFFF, r >> 48)
     if TYPE == IQ3_XXS or TYPE == IQ3_S:
         return entries8(grid, _index(row, o, TYPE, ib, 0), _index(row, o, TYPE, ib, 1), _index(row, o, TYPE, ib, 2),
                         _index(row, o, TYPE, ib, 3), _index(row, o, TYPE, ib, 4), _index(row, o, TYPE, ib, 5),
