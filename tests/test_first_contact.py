@@ -51,6 +51,16 @@ def test_options_a_cpu_build_ignores_are_accepted_with_a_note(flag):
     assert r.exit_code == 0 and f"note: {flag[0]} is ignored" in r.stderr
 
 
+@pytest.mark.parametrize("cmd", [["decode", "-n", 1], ["eval-callback"]])
+@pytest.mark.parametrize("flag", ["-kvu", "--kv-unified"])
+def test_kv_unified_is_refused_where_llama_cpp_refuses_it(cmd, flag):
+    """llama-completion and llama-eval-callback refuse -kvu ("invalid argument"); llama-perplexity takes it."""
+    r = _run(cmd[0], "-m", TINY, "-p", "Hi", *cmd[1:], flag)
+    assert r.exit_code == 2 and "no such option" in r.output.lower() and flag in r.output
+    r = _run("perplexity", "-m", TINY, "-p", "Hi", flag)
+    assert "note: -kvu is ignored" in r.stderr
+
+
 def test_unknown_single_dash_words_are_not_split():
     r = _run("eval-callback", "-m", TINY, "-p", "Hi", "-xyz")
     assert r.exit_code == 2 and "no such option: -xyz" in r.output

@@ -18,7 +18,7 @@ import click
 
 from kernels.errors import SynapseError
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
+                          PERPLEXITY_ONLY, load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
                           rope_options, rope_params, kv_override_option, kv_overrides, color_option,
                           control_vector_options, control_vector_spec, lora_options, lora_spec,
                           repack_option, repack_setting)
@@ -116,7 +116,7 @@ def default_threads() -> int:
 @control_vector_options
 @lora_options
 @repack_option
-@ignored_llama_options
+@ignored_llama_options(without=PERPLEXITY_ONLY)
 @load_mode_option
 @click.option("-cnv", "--conversation", "conversation", flag_value=True, default=None,
               help="Chat: format the prompt with the model's chat template, then (without -st) read further turns "

@@ -22,8 +22,8 @@ import click
 from .. import evalcb
 from kernels.errors import SynapseError
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, given_prompt, resolve_flash_attn, rope_options, rope_params,
-                          kv_override_option, kv_overrides, control_vector_options, control_vector_spec,
+                          PERPLEXITY_ONLY, note_prompt_source, given_prompt, resolve_flash_attn, rope_options,
+                          rope_params, kv_override_option, kv_overrides, control_vector_options, control_vector_spec,
                           lora_options, lora_spec, repack_option, repack_setting)
 
 
@@ -49,7 +49,7 @@ def _run_options(f):
         control_vector_options,
         lora_options,
         repack_option,
-        ignored_llama_options,
+        ignored_llama_options(without=PERPLEXITY_ONLY),
         click.option("-e", "--escape/--no-escape", default=True, show_default=True,
                      help="Process escape sequences (\\n, \\t, \\xHH, ...) in the prompt, as llama.cpp does."),
     ]

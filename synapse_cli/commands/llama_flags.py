@@ -383,7 +383,8 @@ IGNORED = {
     ("--cpu-strict-batch",): (True, "CPU affinity is left to the system: speed only"),
     ("--numa",): (True, "NUMA placement: speed only"),
     ("-dt", "--defrag-thold"): (True, "deprecated in llama.cpp, where it does nothing"),
-    ("-kvu", "--kv-unified"): (False, "one sequence: its cache is the whole cache either way"),
+    ("-kvu", "--kv-unified"): (False, "how the sequences share the cache's buffer; llama-perplexity prints the same "
+                                      "numbers either way"),
     ("-rea", "--reasoning"): (True, "llama-completion sets it but formats its chat templates without it"),
     ("--reasoning-effort",): (True, "llama-completion sets it but formats its chat templates without it"),
     ("--reasoning-format",): (True, "llama-completion prints the raw text; it parses no thoughts"),
@@ -427,14 +428,23 @@ UNSUPPORTED = {
     "--cont-batching", "-nkvo", "--no-kv-offload", "-cmoe", "-ncmoe", "--lora", "-md", "--model-draft", "-hf",
     "-hfr", "-mu", "--model-url", "--grammar", "--grammar-file", "-j", "--json-schema", "--keep", "-gan", "-gaw",
     "--color", "-co", "--in-prefix", "--in-suffix", "--override-kv", "--numa", "-C", "-Cr", "--cpu-mask", "--prio",
-    "--poll", "-tb", "--threads-batch", "--swa-full", "--kv-unified", "-kvu", "--spm-infill", "--prompt-cache",
+    "--poll", "-tb", "--threads-batch", "--swa-full", "--spm-infill", "--prompt-cache",
     "--prompt-cache-all", "--prompt-cache-ro", "--lora-scaled",
 }
 
 
-def ignored_llama_options(f):
+# IGNORED options llama.cpp takes in llama-perplexity (and its server, batched and bench tools) but refuses in
+# llama-completion and llama-eval-callback ("error: invalid argument"; common/arg.cpp's set_examples)
+PERPLEXITY_ONLY = ("-kvu", "--kv-unified")
+
+
+def ignored_llama_options(f=None, *, without=()):
     """Adds the IGNORED options (hidden) to a command, but for those it already defines (decorators below this
-    one); each given one prints its note on stderr."""
+    one) and those named in `without` (as `@ignored_llama_options(without=PERPLEXITY_ONLY)`); each given one
+    prints its note on stderr."""
+    if f is None:
+        return lambda g: ignored_llama_options(g, without=without)
+
     def note(ctx, param, value):
         if value not in (None, False):
             click.echo(f"note: {param.opts[0]} is ignored ({dict(IGNORED)[tuple(param.opts + param.secondary_opts)][1]})",
@@ -465,7 +475,7 @@ def ignored_llama_options(f):
         f = click.option("-ot", "--override-tensor", "ignored_override_tensor", multiple=True, hidden=True,
                          callback=override_tensor, expose_value=False)(f)
     for names, (takes_value, _) in IGNORED.items():
-        if defined & set(names):
+        if defined & set(names) or set(without) & set(names):
             continue
         f = click.option(*names, f"ignored_{names[0].lstrip('-').replace('-', '_')}", hidden=True,
                          is_flag=not takes_value, default=None, callback=note, expose_value=False)(f)
