@@ -16,7 +16,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed),
                entries8 / entries4 (eight 4-byte / four 8-byte table entries), sign_bytes / bit_signs (32 bits -> +-1
-               bytes), bytes_to_qwords, halves16, word_splat16, iq1m_scales
+               bytes), bytes_to_qwords, halves16, bytes16, word_splat16, iq1m_scales
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -608,6 +608,18 @@ def iq1m_scales(typingctx, arr, offset):
         return builder.add(builder.shl(v, ir.Constant(w16, [1] * 16)), ir.Constant(w16, [1] * 16))
 
     return V16I16(arr, offset), codegen
+
+
+@intrinsic
+def bytes16(typingctx, v):
+    """<16 x i16> seen as its 32 bytes (a bitcast: no instruction)."""
+    if v != V16I16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], V32I8.llvm_type())
+
+    return V32I8(v), codegen
 
 
 @intrinsic

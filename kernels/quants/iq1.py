@@ -45,10 +45,10 @@ from .iq_grid import TILED, VEC, biased, hsum8v
 from .iq_tables import IQ1S_GRID
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add32, and32, bytes_to_qwords, cvt_f32, dpwssd, entries4, ffma,
-                    halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32, load_u32, maddubs,
-                    mul32, or8, pdep64, sign8, splat16, splat32, splat8, splatf, sra32, store16x16, store32, store8x32,
-                    sub32, word_splat16, xor32, zero16, zero32, zerof)
+from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add16, add32, and32, bytes16, bytes_to_qwords, cvt_f32, dpwssd,
+                    entries4, ffma, halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32,
+                    load_u32, maddubs, mul32, or8, pdep64, sign8, sll16i, splat16, splat32, splat8, splatf, sra32,
+                    store32, store8x32, sub32, word_splat16, xor32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 QK = 32
@@ -304,12 +304,14 @@ def _row_one(row, TYPE, MODE, qa, t, yd, bsums):
 
 @ijit
 def _decode_row(row, TYPE, K, dq, corr, dx):
-    """The row's sub-block b into dq at 96b: its grid values, delta signs and vpmaddwd scales (_scales16); per
-    super-block the lanes' bias corrections into corr (64 bytes each: 128 * the scaled lane sums of the grid values,
-    then of the delta signs, which the biased activations add) and its d into dx. (IQ1_S's delta signs and their
-    correction are left unused: its delta sum comes from the bsums, _delta_sum.)"""
+    """The row's sub-block b into dq at 64b: its grid values times their scales 2 ls + 1, then its delta signs
+    times theirs (bytes in -15..15: vpsignb of the scale bytes by the +-1/0 values); per super-block the lanes' bias
+    corrections into corr (64 bytes each: 128 * the lane sums of the scaled grid values, then of the scaled delta
+    signs, which the biased activations add) and its d into dx. (IQ1_S's delta signs and their correction are left
+    unused: its delta sum comes from the bsums, _delta_sum.)"""
     BYTES = _bytes(TYPE)
     ones = splat8(1)
+    ones16 = splat16(1)
     b128 = splat32(128)
     for sb in range(K // QK_K):
         o = sb * BYTES
@@ -318,16 +320,16 @@ def _decode_row(row, TYPE, K, dq, corr, dx):
         cd = zero32()
         sc = _all_scales(row, o, TYPE)
         for ib in range(8):
-            p = 96 * (8 * sb + ib)
-            g = _grid32(row, o, TYPE, ib)
-            scales = _scales16(row, o, TYPE, ib, sc)
+            p = 64 * (8 * sb + ib)
+            scales = _scales16(row, o, TYPE, ib, sc)  # (values <= 15: the same byte in both halves of each word)
+            sbytes = or8(bytes16(scales), bytes16(sll16i(scales, 8)))
+            g = sign8(sbytes, _grid32(row, o, TYPE, ib))
             store32(dq, p, g)
-            store16x16(dq, p + 64, scales)
-            cg = dpwssd(cg, maddubs(ones, g), scales)
+            cg = dpwssd(cg, maddubs(ones, g), ones16)
             if TYPE == IQ1_M:
-                delta = _delta32(row, o, TYPE, ib)
+                delta = sign8(sbytes, _delta32(row, o, TYPE, ib))
                 store32(dq, p + 32, delta)
-                cd = dpwssd(cd, maddubs(ones, delta), scales)
+                cd = dpwssd(cd, maddubs(ones, delta), ones16)
         store8x32(corr, 64 * sb, mul32(cg, b128))
         store8x32(corr, 64 * sb + 32, mul32(cd, b128))
 
@@ -335,9 +337,11 @@ def _decode_row(row, TYPE, K, dq, corr, dx):
 @ijit
 def _row_tokens(row, dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, t1, n, out):
     """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
-    sub-block loaded once for the four. qb: the activations + 128 (unsigned; |pair sums| <= 2 * 255 < 2^15), the
-    +128's share subtracted per super-block (corr)."""
+    sub-block loaded once for the four. qb: the activations + 128 (unsigned), the +128's share subtracted per
+    super-block (corr). The vpmaddubsw pair sums of four sub-blocks are added in int16 before one vpmaddwd by ones
+    (|sum| <= 4 * 2 * 255 * 15 < 2^15: exact, the same lanes as ggml's per-sub-block vpmaddwd by the scales)."""
     K = qb.shape[1]
+    ones = splat16(1)
     for t in range(t0, t1, 4):
         u = min(t + 1, t1 - 1)
         v = min(t + 2, t1 - 1)
@@ -355,24 +359,36 @@ def _row_tokens(row, dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, t1, n, out):
             d1 = zero32()
             d2 = zero32()
             d3 = zero32()
-            for ib in range(8):
-                b = 8 * s + ib
-                g = load32(dq, 96 * b)
-                delta = load32(dq, 96 * b + 32)
-                scales = load16x16(dq, 96 * b + 64)
-                q0 = load32(qb, t * K + QK * b)
-                q1 = load32(qb, u * K + QK * b)
-                q2 = load32(qb, v * K + QK * b)
-                q3 = load32(qb, x * K + QK * b)
-                g0 = dpwssd(g0, maddubs(q0, g), scales)
-                g1 = dpwssd(g1, maddubs(q1, g), scales)
-                g2 = dpwssd(g2, maddubs(q2, g), scales)
-                g3 = dpwssd(g3, maddubs(q3, g), scales)
+            for h in range(2):
+                z16 = zero16()
+                e0, e1, e2, e3 = z16, z16, z16, z16
+                f0, f1, f2, f3 = z16, z16, z16, z16
+                for ib in range(4 * h, 4 * h + 4):
+                    b = 8 * s + ib
+                    g = load32(dq, 64 * b)
+                    q0 = load32(qb, t * K + QK * b)
+                    q1 = load32(qb, u * K + QK * b)
+                    q2 = load32(qb, v * K + QK * b)
+                    q3 = load32(qb, x * K + QK * b)
+                    e0 = add16(e0, maddubs(q0, g))
+                    e1 = add16(e1, maddubs(q1, g))
+                    e2 = add16(e2, maddubs(q2, g))
+                    e3 = add16(e3, maddubs(q3, g))
+                    if TYPE == IQ1_M:
+                        delta = load32(dq, 64 * b + 32)
+                        f0 = add16(f0, maddubs(q0, delta))
+                        f1 = add16(f1, maddubs(q1, delta))
+                        f2 = add16(f2, maddubs(q2, delta))
+                        f3 = add16(f3, maddubs(q3, delta))
+                g0 = dpwssd(g0, e0, ones)
+                g1 = dpwssd(g1, e1, ones)
+                g2 = dpwssd(g2, e2, ones)
+                g3 = dpwssd(g3, e3, ones)
                 if TYPE == IQ1_M:
-                    d0 = dpwssd(d0, maddubs(q0, delta), scales)
-                    d1 = dpwssd(d1, maddubs(q1, delta), scales)
-                    d2 = dpwssd(d2, maddubs(q2, delta), scales)
-                    d3 = dpwssd(d3, maddubs(q3, delta), scales)
+                    d0 = dpwssd(d0, f0, ones)
+                    d1 = dpwssd(d1, f1, ones)
+                    d2 = dpwssd(d2, f2, ones)
+                    d3 = dpwssd(d3, f3, ones)
             cg = load8x32(corr, 64 * s)  # (IQ1_S: its bytes 32.. unused)
             cd = load8x32(corr, 64 * s + 32)
             A0, B0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(g0, cg), sub32(d0, cd),
@@ -409,7 +425,7 @@ def _mm_avx2_of(TYPE: int):
         n_pass = (T + tp - 1) // tp
         n_items = N * n_pass
         for c in prange(nt):
-            dq = np.empty(3 * K, np.uint8)
+            dq = np.empty(2 * K, np.uint8)
             corr = np.empty(K // QK_K * 64, np.uint8)
             dx = np.empty(K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
