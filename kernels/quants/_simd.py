@@ -16,7 +16,7 @@ written with explicit 256-bit vectors that LLVM keeps in registers:
                dpbusd (acc + 4-byte-group u8 x s8 sums; vpdpbusd with VNNI, an exact emulation without), dpbusd_u7
                (the same for u < 128: vpmaddubsw + vpmaddwd without VNNI), dpbssd_sign (signed x signed),
                entries8 / entries4 (eight 4-byte / four 8-byte table entries), sign_bytes / bit_signs (32 bits -> +-1
-               bytes), bytes_to_qwords, halves16, bytes16, word_splat16, iq1m_scales
+               bytes), bytes_to_qwords, halves16, bytes16, shuffle16, iq1m_scales
     float      cvt_f32, fadd, fmul (lane-wise IEEE float32, never fused), ffma (fused), lanef
 
 The integer identities used by the kernels are exact (ranges checked in each format module), so integer sums
@@ -572,22 +572,18 @@ def entries8(typingctx, table, i0, i1, i2, i3, i4, i5, i6, i7):
 
 
 @intrinsic
-def word_splat16(typingctx, v, k):
-    """<16 x i16>: in each 128-bit half, every lane = word k of that half (k < 8; one vpshufb, its mask a constant
-    where k is)."""
-    if v != V16I16 or not isinstance(k, types.Integer):
+def shuffle16(typingctx, v, idx):
+    """vpshufb of a <16 x i16>'s bytes by the byte indices idx (within each 128-bit half), as <16 x i16>: with idx
+    bytes 2k, 2k + 1 repeated, every lane of a half becomes that half's word k."""
+    if v != V16I16 or idx != V32I8:
         return None
 
     def codegen(context, builder, sig, args):
-        k16 = builder.trunc(context.cast(builder, args[1], sig.args[1], types.int64), _i16)
-        two_k = builder.shl(k16, ir.Constant(_i16, 1))
-        mask = _splat(builder, builder.or_(two_k, builder.shl(builder.add(two_k, ir.Constant(_i16, 1)),
-                                                              ir.Constant(_i16, 8))), V16I16.llvm_type())
-        b = _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(),
-                  [builder.bitcast(args[0], V32I8.llvm_type()), builder.bitcast(mask, V32I8.llvm_type())])
+        b = _call(builder, "llvm.x86.avx2.pshuf.b", V32I8.llvm_type(), [builder.bitcast(args[0], V32I8.llvm_type()),
+                                                                        args[1]])
         return builder.bitcast(b, V16I16.llvm_type())
 
-    return V16I16(v, k), codegen
+    return V16I16(v, idx), codegen
 
 
 @intrinsic
@@ -595,7 +591,7 @@ def iq1m_scales(typingctx, arr, offset):
     """IQ1_M's 16 sub-block scales 2 ls + 1 from its four scale words at `offset`, in ggml's AVX2 layout: the u64
     broadcast, shifted by 0, 6, 3, 9 per 64-bit lane (vpsrlvq), each 16-bit field & 7, times 2, plus 1. Word k of
     the low half: sub-block 2k (k < 4) or 2(k - 4) + 1, weights 0..15; the high half the same for weights 16..31:
-    sub-block ib's scales are word_splat16 of word ib // 2 + 4 (ib % 2)."""
+    sub-block ib's scales are word ib // 2 + 4 (ib % 2) of each half (shuffle16)."""
     if not (_is_array(arr) and isinstance(offset, types.Integer)):
         return None
 
