@@ -634,43 +634,33 @@ def halves16(typingctx, lo, hi):
     return V16I16(lo, hi), codegen
 
 
-@intrinsic
-def sign_bytes(typingctx, bits):
-    """<32 x i8>: -1 in byte k where bit k of the 32-bit `bits` is set, +1 elsewhere (ggml's IQ3_S AVX2 sign
-    expansion: broadcast, vpshufb to byte k / 8, vpand with 1 << k % 8, vpcmpeqb; then or 1), for sign8."""
-    if not isinstance(bits, types.Integer):
-        return None
+def _make_bit_bytes(minus_where_set: bool):
+    @intrinsic
+    def bit_bytes(typingctx, bits):
+        if not isinstance(bits, types.Integer):
+            return None
 
-    def codegen(context, builder, sig, args):
-        v8 = V32I8.llvm_type()
-        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
-        v = builder.bitcast(_splat(builder, b, ir.VectorType(_i32, 8)), v8)
-        v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [k // 8 for k in range(32)]))
-        bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
-        neg = builder.icmp_unsigned("==", builder.and_(v, bit), bit)
-        return builder.or_(builder.sext(neg, v8), ir.Constant(v8, [1] * 32))
+        def codegen(context, builder, sig, args):
+            v8 = V32I8.llvm_type()
+            b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
+            v = builder.bitcast(_splat(builder, b, ir.VectorType(_i32, 8)), v8)
+            v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [k // 8 for k in range(32)]))
+            bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
+            minus = builder.icmp_unsigned("==", builder.and_(v, bit), bit if minus_where_set else ir.Constant(v8, None))
+            return builder.or_(builder.sext(minus, v8), ir.Constant(v8, [1] * 32))
 
-    return V32I8(bits), codegen
+        return V32I8(bits), codegen
+
+    return bit_bytes
 
 
-@intrinsic
-def bit_signs(typingctx, bits):
-    """<32 x i8>: +1 in byte k where bit k of the 32-bit `bits` is set, -1 elsewhere (ggml's Q1_0 AVX2 expansion:
-    broadcast, vpshufb, vpand, vpcmpeqb with zero; then or 1): Q1_0's weights in units of d, for sign8. The
-    bits are not inverted first, so LLVM broadcasts them straight from memory."""
-    if not isinstance(bits, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        v8 = V32I8.llvm_type()
-        b = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), _i32)
-        v = builder.bitcast(_splat(builder, b, ir.VectorType(_i32, 8)), v8)
-        v = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [k // 8 for k in range(32)]))
-        bit = ir.Constant(v8, [1 << (k % 8) for k in range(32)])
-        clear = builder.icmp_unsigned("==", builder.and_(v, bit), ir.Constant(v8, None))
-        return builder.or_(builder.sext(clear, v8), ir.Constant(v8, [1] * 32))
-
-    return V32I8(bits), codegen
+# <32 x i8> of +-1 from the 32 bits of an integer, byte k from bit k, for sign8: broadcast, vpshufb to byte k / 8,
+# vpand with 1 << k % 8, vpcmpeqb, or 1.
+# sign_bytes: -1 where the bit is set (ggml's IQ3_S AVX2 sign expansion, vpcmpeqb with the bit);
+# bit_signs: +1 where it is set (ggml's Q1_0 kernel, vpcmpeqb with zero: the bits need no inversion, so LLVM
+# broadcasts them straight from memory; Q1_0's weights in units of d).
+sign_bytes = _make_bit_bytes(True)
+bit_signs = _make_bit_bytes(False)
 
 
 @intrinsic
