@@ -85,7 +85,7 @@ def test_portable_kernels_equal_ggml(case):
     mode = packed[1] if T == 1 or (packed[2] == iq4.TILED and T < iq4.TILED_MIN_BATCH) else packed[2]
     a = quantize_activations(get_format(typ).vec_dot_type, x.copy())
     out = np.empty((T, N), np.float32)
-    iq4._mm_scalar(raw, mode, a.qs, a.d, out)
+    iq4._mm_scalar(raw, mode, a.qs, a.d, iq4.KVALUES_IQ4NL, False, out)
     assert _same_bits(out, ref)
 
 

@@ -128,6 +128,8 @@ def _log_args(stem: str) -> list[str]:
     args = ["--prompt", prompt]
     if stem.endswith("__ub8"):
         args += ["-ub", "8"]
+    if stem.endswith("__nr"):
+        args += ["-nr"]
     if stem.endswith("__fa"):
         args += ["-fa", "on"]
     elif "__ctk-" in stem:  # __fa__ctk-<type>__ctv-<type> (__nofa__...: -fa off)
@@ -144,7 +146,7 @@ def _log_args(stem: str) -> list[str]:
 def test_requantized_tiny_trace_diff_is_clean(log):
     """`synapse eval-callback diff --model M --prompt P LOG` against llama-eval-callback of the same tiny model
     re-quantized to a K-quant mix: same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
-    micro-batches, the first three without outputs; `__license400__fa`: -fa on and 141 tokens, ggml's tiled
+    micro-batches, the first three without outputs; `__nr`: -nr (no weight repacked); `__license400__fa`: -fa on and 141 tokens, ggml's tiled
     flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
     llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__nofa__ctk-A__ctv-B`: the
     same with -fa off (a K type of its own: kq is that type's product); `__rope-<name>`: the

@@ -52,6 +52,28 @@ def f32_to_bf16(f):
 
 
 @jit
+def e8m0_to_f32_half(e):
+    """ggml_e8m0_to_fp32_half: the E8M0 exponent byte e as 2^(e - 128), half of 2^(e - 127) because ggml's fp4
+    levels (kvalues_fp4) are doubled; e < 2 give float32 denormals. (A power of two: exact in bf16 too.)"""
+    if e < 2:
+        return f32_from_bits(np.uint32(0x00200000) << np.uint32(e))
+    return f32_from_bits(np.uint32(e - 1) << np.uint32(23))
+
+
+@jit
+def ue4m3_to_f32_half(x):
+    """ggml_ue4m3_to_fp32: the unsigned E4M3 byte x (exponent bias 7, 3 mantissa bits) times 0.5, as above; 0 and
+    0x7F (NaN) read as 0. Every value is a multiple of 2^-10 below 2^8: exact in fp16 too."""
+    if x == 0 or x == 0x7F:
+        return np.float32(0)
+    ex = np.int32(x >> 3) & 15
+    man = np.int32(x) & 7
+    if ex == 0:
+        return np.float32(np.float32(man) * np.float32(2.0 ** -10))
+    return np.float32(np.float32(8 + man) * np.float32(2.0 ** (ex - 11)))
+
+
+@jit
 def read_u16(buf, off):
     """Little-endian uint16 at byte offset `off` of a uint8 buffer."""
     return np.uint16(np.uint16(buf[off]) | (np.uint16(buf[off + 1]) << np.uint16(8)))

@@ -834,6 +834,21 @@ def load8_f16(typingctx, arr, offset):
 
 
 @intrinsic
+def load8_bf16(typingctx, arr, offset):
+    """8 bf16 at byte offset -> <8 x float> (exact: the bits moved into the high halves)."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        h = builder.load(builder.bitcast(p, ir.VectorType(_i16, 8).as_pointer()), align=1)
+        u = builder.shl(builder.zext(h, V8I32.llvm_type()), ir.Constant(V8I32.llvm_type(), [16] * 8))
+        return builder.bitcast(u, V8F32.llvm_type())
+
+    return V8F32(arr, offset), codegen
+
+
+@intrinsic
 def q5_bits(typingctx, h, j):
     """The Q5 fifth bits of AVX lane j for 8 interleaved rows, as 16 or 0 in each byte: in the 8-row layout
     (q32.repack) byte 4r + k of h holds, in bit j, the fifth bit of row r's element 4j + k, so lane j's bits

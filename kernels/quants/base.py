@@ -66,11 +66,12 @@ def repacking(enabled: bool):
 
 def llama_repacks(ggml_type: int, n_rows: int) -> bool:
     """Whether the fixtures' x86 llama.cpp (AVX-512) repacks a weight at load (ggml-cpu/repack.cpp
-    ggml_repack_get_optimal_repack_type: Q4_0 -> q4_0_8x8, Q4_K -> q4_K_8x8 and IQ4_NL -> iq4_nl_8x8 with AVX2,
-    Q2_K -> q2_K_8x8 with AVX-512), which it does only when the row count is a multiple of 8; a repacked weight's
-    products follow the repacked gemv/gemm, the others ggml_vec_dot (and, for llama.cpp's batches, tinyBLAS or
-    the tiled matmul)."""
-    return (_REPACKING[0] and int(ggml_type) in (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q2_K, GGMLType.IQ4_NL)
+    ggml_repack_get_optimal_repack_type: Q4_0 -> q4_0_8x8, Q4_K -> q4_K_8x8, IQ4_NL -> iq4_nl_8x8 and
+    MXFP4 -> mxfp4_8x8 with AVX2, Q2_K -> q2_K_8x8 with AVX-512), which it does only when the row count is a
+    multiple of 8; a repacked weight's products follow the repacked gemv/gemm, the others ggml_vec_dot (and,
+    for llama.cpp's batches, tinyBLAS or the tiled matmul)."""
+    return (_REPACKING[0] and int(ggml_type) in (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q2_K, GGMLType.IQ4_NL,
+                                                  GGMLType.MXFP4)
             and n_rows % 8 == 0)
 
 

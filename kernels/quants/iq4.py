@@ -35,6 +35,7 @@ Fast path (AVX2): rows interleaved in groups of 8 at load, so that a 32-byte vec
 one vpshufb + sign-trick vpmaddubsw/vpmaddwd (ggml's mul_sum_i8_pairs; exact: |pair sums| <= 2 * 127 * 127) gives
 one lane of the 8 rows (int32 lane r = row r):
     IQ4_NL group-block (144 bytes): [0:16) the 8 rows' d; [16:144) chunk c = qs bytes 4c..4c+3 of rows 0..7
+        (MXFP4's, kernels/quants/fp4.py, the same with its E8M0 scales as bf16: the kernels' BF16 flag)
     IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 at
         16 + 32ib, row r's as two int16 at 4r (vpmaddwd's operand); [272:1296) sub-block ib's 4 chunks at
         272 + 128ib (as IQ4_NL's)
@@ -51,10 +52,10 @@ from ..fp16 import fma_f32
 from ..ggml_type import BLOCK_GEOMETRY, QK_K, GGMLType
 from . import q32
 from .kquants import TILED_MIN_BATCH
-from ._bits import f16_to_f32, read_u16
+from ._bits import e8m0_to_f32_half, f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, add32, and8, bcast16b, bcast4, cvt_f32, dpwssd, fadd, ffma, fmul, lanef, load16x16,
-                    load32, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16, store32,
-                    store8xf32, zero32, zerof)
+                    load32, load8_bf16, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16,
+                    store32, store8xf32, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 from .vec_dot_type import q8_0_row, q8_K_row
 
@@ -62,6 +63,7 @@ from .vec_dot_type import q8_0_row, q8_K_row
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
 NL_BYTES = BLOCK_GEOMETRY[GGMLType.IQ4_NL][1]  # 18
+MXFP4_BYTES = BLOCK_GEOMETRY[GGMLType.MXFP4][1]  # 17 (the same kernels, kernels/quants/fp4.py)
 XS_BYTES = BLOCK_GEOMETRY[GGMLType.IQ4_XS][1]  # 136
 QK = 32
 G = 8  # rows per interleaved group
@@ -125,21 +127,31 @@ def hsum_float_8(A):
 
 
 @jit
-def _lanes_scalar(row, o, qa, t, e0, L):
-    """L[j] = lane j's 4-product sum of the 32 quants (16 qs bytes at o) with activations qa[t, e0:e0+32]."""
+def _lanes_scalar(row, o, qa, t, e0, lut, L):
+    """L[j] = lane j's 4-product sum of the 32 quants (16 qs bytes at o, levels lut) with activations
+    qa[t, e0:e0+32]."""
     for j in range(8):
         s = 0
         for k in range(4):
             e = 4 * j + k
             q = row[o + e % 16]
-            v = KVALUES_IQ4NL[q & 15] if e < 16 else KVALUES_IQ4NL[q >> 4]
+            v = lut[q & 15] if e < 16 else lut[q >> 4]
             s += np.int32(v) * np.int32(qa[t, e0 + e])
         L[j] = s
 
 
+@jit
+def _nl_block(row, b, E8M0):
+    """(scale, qs offset) of block b of a raw row: IQ4_NL's fp16 d, or MXFP4's E8M0 exponent (kernels/quants/fp4.py)."""
+    if E8M0:
+        return e8m0_to_f32_half(row[b * MXFP4_BYTES]), b * MXFP4_BYTES + 1
+    return f16_to_f32(read_u16(row, b * NL_BYTES)), b * NL_BYTES + 2
+
+
 @pjit
-def _mm_scalar(raw, MODE, qa, yd, out):
-    """out (T, N) in the float sequence MODE (module docstring) from the raw rows, lane by lane."""
+def _mm_scalar(raw, MODE, qa, yd, lut, E8M0, out):
+    """out (T, N) in the float sequence MODE (module docstring) from the raw rows, lane by lane (E8M0: MXFP4
+    blocks)."""
     T, K = qa.shape
     N = out.shape[1]
     for n in prange(N):
@@ -157,7 +169,7 @@ def _mm_scalar(raw, MODE, qa, yd, out):
                     o = sb * XS_BYTES
                     acc[:] = 0
                     for ib in range(8):
-                        _lanes_scalar(row, o + 8 + 16 * ib, qa, t, QK_K * sb + QK * ib, L)
+                        _lanes_scalar(row, o + 8 + 16 * ib, qa, t, QK_K * sb + QK * ib, lut, L)
                         ls = xs_scale(row, o, ib)
                         for j in range(8):
                             acc[j] += ls * L[j]
@@ -172,9 +184,8 @@ def _mm_scalar(raw, MODE, qa, yd, out):
                 continue
             nb = K // QK
             for b in range(nb):
-                o = b * NL_BYTES
-                _lanes_scalar(row, o + 2, qa, t, QK * b, L)
-                dx = f16_to_f32(read_u16(row, o))
+                dx, oq = _nl_block(row, b, E8M0)
+                _lanes_scalar(row, oq, qa, t, QK * b, lut, L)
                 if MODE == SUMI_FMA:
                     s = fma_f32(np.float32(L.sum()), np.float32(dx * yd[t, b]), s)
                 elif MODE == LANES or b < nb - nb % 2:  # PAIRS: the blocks of the pairs
@@ -192,10 +203,9 @@ def _mm_scalar(raw, MODE, qa, yd, out):
                     A[j] = np.float32(A[j] + B[j])
             s = hsum_float_8(A)
             if MODE == PAIRS and nb % 2 == 1:  # the last block: sumf += d * sumi, not fused
-                o = (nb - 1) * NL_BYTES
-                _lanes_scalar(row, o + 2, qa, t, QK * (nb - 1), L)
-                s = np.float32(s + np.float32(np.float32(yd[t, nb - 1] * f16_to_f32(read_u16(row, o)))
-                                              * np.float32(L.sum())))
+                dx, oq = _nl_block(row, nb - 1, E8M0)
+                _lanes_scalar(row, oq, qa, t, QK * (nb - 1), lut, L)
+                s = np.float32(s + np.float32(np.float32(yd[t, nb - 1] * dx) * np.float32(L.sum())))
             out[t, n] = s
 
 
@@ -253,8 +263,14 @@ def _fma_lanes(d, w, o, qa, oa, lut, m0f, ones, A):
             ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, lut, m0f, ones)), A[7]))
 
 
+@ijit
+def _load_d(w, o, BF16):
+    """The 8 rows' block scales at byte o: fp16 (IQ4_NL), or bf16 (MXFP4's E8M0 scales, exact in bf16)."""
+    return load8_bf16(w, o) if BF16 else load8_f16(w, o)
+
+
 @jit
-def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
+def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut, BF16):
     """The 8 rows of the IQ4_NL group at byte go with token t in the lane modes (LANES: tinyBLAS; PAIRS: vec_dot's
     even and odd accumulators and its odd last block): <8 x float>, lane r = row r. (Weights llama.cpp does not
     repack: token by token.)"""
@@ -267,7 +283,7 @@ def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
     B = A
     for b in range(nb - nb % 2 if MODE == PAIRS else nb):
         o = go + b * NL_GB
-        d = fmul(splatf(yd[t, b]), load8_f16(w, o))
+        d = fmul(splatf(yd[t, b]), _load_d(w, o, BF16))
         if MODE == PAIRS and b % 2 == 1:
             B = _fma_lanes(d, w, o + 16, qa, t * K + QK * b, lut, m0f, ones, B)
         else:
@@ -278,7 +294,7 @@ def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut):
                 fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7]))
     if nb % 2 == 1:  # vec_dot's odd last block: sumf += d * sumi, not fused
         o = go + (nb - 1) * NL_GB
-        d = fmul(splatf(yd[t, nb - 1]), load8_f16(w, o))
+        d = fmul(splatf(yd[t, nb - 1]), _load_d(w, o, BF16))
         s = fadd(s, fmul(d, cvt_f32(_sumi(w, o + 16, qa, t * K + QK * (nb - 1), lut, m0f, ones))))
     return s
 
@@ -293,7 +309,7 @@ def _xs_lane(w, o, j, qa, oa, lut, m0f):
 
 
 @ijit
-def _rows_sumi_fma(w, go, qa, t, yd, lut):
+def _rows_sumi_fma(w, go, qa, t, yd, lut, BF16):
     """The 8 rows of the repacked IQ4_NL group at byte go with token t: sumf = fma((float)sumi, dx * dy, sumf)."""
     K = qa.shape[1]
     m0f = splat8(15)
@@ -301,7 +317,7 @@ def _rows_sumi_fma(w, go, qa, t, yd, lut):
     s = zerof()
     for b in range(K // QK):
         o = go + b * NL_GB
-        s = ffma(cvt_f32(_sumi(w, o + 16, qa, t * K + QK * b, lut, m0f, ones)), fmul(load8_f16(w, o),
+        s = ffma(cvt_f32(_sumi(w, o + 16, qa, t * K + QK * b, lut, m0f, ones)), fmul(_load_d(w, o, BF16),
                                                                                     splatf(yd[t, b])), s)
     return s
 
@@ -377,7 +393,7 @@ def _dot_pair(acc_a, acc_b, dq, p, j, qa, oa, ob, scales16):
 
 
 @jit
-def _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out):
+def _gemm_sumi_fma(w, g, t0, t1, qa, yd, BF16, dq, out):
     """Repacked IQ4_NL, tokens t0..t1-1 of group g over its decoded quants, two at a time (u = t: a last one)."""
     K = qa.shape[1]
     go = g * w.shape[1]
@@ -392,7 +408,7 @@ def _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out):
             acc_b = zero32()
             for j in range(8):
                 acc_a, acc_b = _dot_pair(acc_a, acc_b, dq, p, j, qa, t * K + QK * b, u * K + QK * b, ones)
-            dx = load8_f16(w, go + b * NL_GB)
+            dx = _load_d(w, go + b * NL_GB, BF16)
             sa = ffma(cvt_f32(acc_a), fmul(dx, splatf(yd[t, b])), sa)
             sb = ffma(cvt_f32(acc_b), fmul(dx, splatf(yd[u, b])), sb)
         _store8(out, t, g, sa)
@@ -454,7 +470,7 @@ def _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out):
 
 
 @pjit
-def _mm_avx2(w, MODE, qa, yd, table, out, nt):
+def _mm_avx2(w, MODE, qa, yd, table, BF16, out, nt):
     """out (T, N) in the float sequence MODE. Work items of one 8-row group x one pass of tokens whose activations
     stay in L2 (q32.pass_tokens), split in nt chunks in parallel; a chunk decodes each item's quants into its one
     buffer (a buffer an item cost a page-faulting mmap each time at K = 8960)."""
@@ -472,22 +488,22 @@ def _mm_avx2(w, MODE, qa, yd, table, out, nt):
             go = g * w.shape[1]
             if MODE == LANES or MODE == PAIRS:  # weights llama.cpp does not repack: token by token
                 for t in range(t0, t1):
-                    _store8(out, t, g, _rows_nl_lanes(w, go, MODE, qa, t, yd, lut))
+                    _store8(out, t, g, _rows_nl_lanes(w, go, MODE, qa, t, yd, lut, BF16))
             elif t1 - t0 == 1:  # one token: straight from the weights
                 _store8(out, t0, g, _rows_xs(w, go, MODE, qa, t0, yd, lut) if MODE >= XS
-                        else _rows_sumi_fma(w, go, qa, t0, yd, lut))
+                        else _rows_sumi_fma(w, go, qa, t0, yd, lut, BF16))
             elif MODE >= XS:
                 _decode_group(w, go, K // QK, XS_GB, XS_Q, lut, dq)
                 _gemm_xs(w, g, t0, t1, MODE, qa, yd, dq, out)
             else:
                 _decode_group(w, go, K // QK, NL_GB, 16, lut, dq)
-                _gemm_sumi_fma(w, g, t0, t1, qa, yd, dq, out)
+                _gemm_sumi_fma(w, g, t0, t1, qa, yd, BF16, dq, out)
 
 
 # --- one token, fused: up to 3 weights sharing the activations (kernels/quants/gemv1.py's entries)
 
 @jit
-def _span(w, g0, g1, MODE, qa, yd, lut, out):
+def _span(w, g0, g1, MODE, qa, yd, lut, BF16, out):
     """Groups [g0, g1) of one token, the two halves in alternation (two sequential streams, as gemv1's spans)."""
     h = (g1 - g0) // 2
     for i in range(g0, g0 + h):
@@ -495,17 +511,17 @@ def _span(w, g0, g1, MODE, qa, yd, lut, out):
             _store8(out, 0, i, _rows_xs(w, i * w.shape[1], XS, qa, 0, yd, lut))
             _store8(out, 0, i + h, _rows_xs(w, (i + h) * w.shape[1], XS, qa, 0, yd, lut))
         else:
-            _store8(out, 0, i, _rows_sumi_fma(w, i * w.shape[1], qa, 0, yd, lut))
-            _store8(out, 0, i + h, _rows_sumi_fma(w, (i + h) * w.shape[1], qa, 0, yd, lut))
+            _store8(out, 0, i, _rows_sumi_fma(w, i * w.shape[1], qa, 0, yd, lut, BF16))
+            _store8(out, 0, i + h, _rows_sumi_fma(w, (i + h) * w.shape[1], qa, 0, yd, lut, BF16))
     if (g1 - g0) % 2:
         if MODE >= XS:
             _store8(out, 0, g1 - 1, _rows_xs(w, (g1 - 1) * w.shape[1], XS, qa, 0, yd, lut))
         else:
-            _store8(out, 0, g1 - 1, _rows_sumi_fma(w, (g1 - 1) * w.shape[1], qa, 0, yd, lut))
+            _store8(out, 0, g1 - 1, _rows_sumi_fma(w, (g1 - 1) * w.shape[1], qa, 0, yd, lut, BF16))
 
 
 @pjit
-def _gemv_many(MODE, w0, w1, w2, n_w, x, o0, o1, o2, nt, table):
+def _gemv_many(MODE, w0, w1, w2, n_w, x, o0, o1, o2, nt, table, BF16):
     """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first weights (one activation conversion, one parallel
     region: kernels/quants/gemv1.py's fused one-token products): IQ4_NL weights llama.cpp repacks (SUMI_FMA) or
     IQ4_XS (XS). Chunk c of nt takes its share of each weight's 8-row groups; any nt gives the same bits."""
@@ -525,21 +541,21 @@ def _gemv_many(MODE, w0, w1, w2, n_w, x, o0, o1, o2, nt, table):
     G1 = w1.shape[0] if n_w > 1 else 0
     G2 = w2.shape[0] if n_w > 2 else 0
     for c in prange(nt):
-        _span(w0, c * G0 // nt, (c + 1) * G0 // nt, MODE, qa, yd, lut, o0)
-        _span(w1, c * G1 // nt, (c + 1) * G1 // nt, MODE, qa, yd, lut, o1)
-        _span(w2, c * G2 // nt, (c + 1) * G2 // nt, MODE, qa, yd, lut, o2)
+        _span(w0, c * G0 // nt, (c + 1) * G0 // nt, MODE, qa, yd, lut, BF16, o0)
+        _span(w1, c * G1 // nt, (c + 1) * G1 // nt, MODE, qa, yd, lut, BF16, o1)
+        _span(w2, c * G2 // nt, (c + 1) * G2 // nt, MODE, qa, yd, lut, BF16, o2)
 
 
 @jit
 def gemv_iq4_nl(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """The fused one-token product of repacked IQ4_NL weights (gemv1's entry signature; pf unused)."""
-    _gemv_many(SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL)
+    _gemv_many(SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, False)
 
 
 @jit
 def gemv_iq4_xs(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """The same for IQ4_XS weights."""
-    _gemv_many(XS, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL)
+    _gemv_many(XS, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, False)
 
 
 @pjit
@@ -590,9 +606,9 @@ def _pack_xs(raw, K):
 
 def _run(packed, a, out, mode):
     if HAS_AVX2:
-        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, out, work_chunks())
+        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, False, out, work_chunks())
     else:
-        _mm_scalar(packed[0], mode, a.qs, a.d, out)
+        _mm_scalar(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, False, out)
 
 
 def _mm(packed, a, out):
