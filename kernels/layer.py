@@ -37,13 +37,15 @@ from kernels.flash_attn import one_row_attend
 from kernels.kv_cache import F16, _store_float
 from kernels.norm import _add_rms_norm_mul_serial
 from kernels.quants.gemv1 import gemv_many_q8_K, gemv_q4_0, gemv_q4_1, gemv_q5_0, gemv_q5_1, gemv_q8_0
+from kernels.quants.fp4 import gemv_mxfp4
 from kernels.quants.iq4 import gemv_iq4_nl, gemv_iq4_xs
 from kernels.rope import _rope_qk_serial
 
 
 # The fused one-token product kernels (kernels/quants/gemv1.py), by kind: decode_block_for takes the kinds of a
 # block's four products and compiles only those kernels (the others' branches are pruned: kinds are constants).
-PRODUCT_KERNELS = (gemv_q4_1, gemv_q5_1, gemv_q4_0, gemv_q5_0, gemv_q8_0, gemv_many_q8_K, gemv_iq4_nl, gemv_iq4_xs)
+PRODUCT_KERNELS = (gemv_q4_1, gemv_q5_1, gemv_q4_0, gemv_q5_0, gemv_q8_0, gemv_many_q8_K, gemv_iq4_nl, gemv_iq4_xs,
+                   gemv_mxfp4)
 
 
 def product_kind(kernel) -> int:
@@ -71,8 +73,10 @@ def _product(KIND, pre, x, o0, o1, o2, n_threads, pf):
         gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
     elif KIND == 6:
         gemv_iq4_nl(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
-    else:
+    elif KIND == 7:
         gemv_iq4_xs(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
+    else:
+        gemv_mxfp4(w0, w1, w2, n_w, x, o0, o1, o2, n_threads, pf)
 
 
 @jit

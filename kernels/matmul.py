@@ -44,11 +44,11 @@ __all__ = ["Weight", "matmul", "matmul_many", "FusedGemv", "UnsupportedTypeError
 # Weights whose (kernel, code) match - or any K-quant pair, the Q8_K kernel takes per-weight codes - can share
 # one call.
 _FUSED = {2: ("q8_0", 0), 6: ("q8_0", 1), 8: ("q8_0", 2), 3: ("q8_1", 0), 7: ("q8_1", 1),
-          12: ("q8_K", 0), 14: ("q8_K", 1), 20: ("iq4", 0), 23: ("iq4", 1)} if HAS_AVX2 else {}
+          12: ("q8_K", 0), 14: ("q8_K", 1), 20: ("iq4", 0), 23: ("iq4", 1), 39: ("iq4", 2)} if HAS_AVX2 else {}
 
 
 # types whose fused T == 1 kernel assumes llama.cpp's repacked order (kernels/quants/gemv1.py)
-_REPACKED_LAYOUT = (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL)
+_REPACKED_LAYOUT = (GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL, GGMLType.MXFP4)
 
 
 class UnsupportedTypeError(ModelError):

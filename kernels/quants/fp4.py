@@ -125,6 +125,13 @@ def _mm_mxfp4(packed, a, out):
         iq4._mm_scalar(packed[0], packed[1], a.qs, a.d, KVALUES_FP4, True, out)
 
 
+@jit
+def gemv_mxfp4(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
+    """The fused one-token product of repacked MXFP4 weights (kernels/quants/gemv1.py's entry signature; pf
+    unused): iq4.py's, with this table and the bf16 scales."""
+    iq4._gemv_many(iq4.SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_FP4, True)
+
+
 # ----------------------------------------------------------------------------------------- NVFP4
 
 @jit

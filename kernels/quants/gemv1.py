@@ -25,6 +25,7 @@ Formats (AVX2 fast path only; others use the generic path in kernels/matmul.py):
     Q8_0 activations: Q4_0, Q5_0, Q8_0                 -> gemv_q4_0, gemv_q5_0, gemv_q8_0 (gemv_many_q8_0)
     Q8_K activations: Q4_K (code 0), Q6_K (1)          -> gemv_many_q8_K
     IQ4_NL (repacked), IQ4_XS                         -> iq4.gemv_iq4_nl, iq4.gemv_iq4_xs
+    MXFP4 (repacked)                                  -> fp4.gemv_mxfp4 (iq4.py's kernel)
 Unused weight slots repeat slot 0 with n_w telling how many are real (one compiled signature per kernel).
 """
 
@@ -35,7 +36,7 @@ from numba import prange
 
 from ..config import ijit, jit, pjit
 from ..ggml_type import QK_K
-from . import iq4, q32, q4_k, q6_k
+from . import fp4, iq4, q32, q4_k, q6_k
 from .vec_dot_type import q8_0_row, q8_1_row, q8_K_row
 from .kquants import PERM
 
@@ -167,7 +168,8 @@ def gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
 # (activation kind, format code) of matmul._FUSED -> the format's entry
 Q32_GEMV = {("q8_1", 0): gemv_q4_1, ("q8_1", 1): gemv_q5_1,
             ("q8_0", 0): gemv_q4_0, ("q8_0", 1): gemv_q5_0, ("q8_0", 2): gemv_q8_0,
-            ("iq4", 0): iq4.gemv_iq4_nl, ("iq4", 1): iq4.gemv_iq4_xs}  # (IQ4_NL and IQ4_XS: kernels in iq4.py)
+            ("iq4", 0): iq4.gemv_iq4_nl, ("iq4", 1): iq4.gemv_iq4_xs,  # (IQ4_NL and IQ4_XS: kernels in iq4.py)
+            ("iq4", 2): fp4.gemv_mxfp4}
 
 
 # ----------------------------------------------------------------------------------------- K-quants
