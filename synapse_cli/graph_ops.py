@@ -30,6 +30,16 @@ def _add_bias(out: np.ndarray, b) -> None:
         add(out, b, out)
 
 
+def _scale(out: np.ndarray, s) -> None:
+    """ggml_mul by a per-tensor weight scale s (1,) f32 (llama.cpp's *_s), where the model has one."""
+    if s is not None:
+        out *= s[0]
+
+
+def _scale_name(w) -> str:
+    return w.name.replace(".weight", ".scale")
+
+
 class GraphOps:
     """Untraced: the fused computations."""
 
@@ -130,6 +140,7 @@ class GraphOps:
 
     def logits(self, x, out):
         matmul(self.ctx.model.output, x, out, self.order)
+        _scale(out, self.ctx.model.output_s)
         self.lora(self.ctx.model.output, x, out)
 
     # --- attention block
@@ -145,7 +156,9 @@ class GraphOps:
             L.qkv_gemv(cur, (q, k, v))  # activations converted once, one parallel region
         else:
             matmul_many(L.qkv, cur, [q, k, v], self.order)
-        for w, out, b in ((L.attn_q, q, L.attn_q_b), (L.attn_k, k, L.attn_k_b), (L.attn_v, v, L.attn_v_b)):
+        for w, out, b, sc in ((L.attn_q, q, L.attn_q_b, L.attn_q_s), (L.attn_k, k, L.attn_k_b, L.attn_k_s),
+                              (L.attn_v, v, L.attn_v_b, L.attn_v_s)):
+            _scale(out, sc)  # build_lora_mm: the scale, then the adapters; build_qkv: the bias
             self.lora(w, cur, out)
             _add_bias(out, b)
         rope_qk(q.reshape(T, hp.n_head, hp.n_embd_head), k.reshape(T, hp.n_head_kv, hp.n_embd_head), self.pos,
@@ -170,6 +183,7 @@ class GraphOps:
 
     def attn_out(self, il: int, L, kqv_out, out):
         matmul(L.attn_output, kqv_out, out, self.order)
+        _scale(out, L.attn_output_s)
         self.lora(L.attn_output, kqv_out, out)
         _add_bias(out, L.attn_output_b)
 
@@ -195,6 +209,8 @@ class GraphOps:
         self.lora(L.ffn_up, cur, up)
         _add_bias(gate, L.ffn_gate_b)
         _add_bias(up, L.ffn_up_b)
+        _scale(gate, L.ffn_gate_s)  # build_ffn: after the adapters and the bias
+        _scale(up, L.ffn_up_s)
 
     def swiglu(self, il: int, gate, up):
         swiglu(gate, up, gate)
@@ -203,6 +219,7 @@ class GraphOps:
         matmul(L.ffn_down, h, out, self.order)
         self.lora(L.ffn_down, h, out)
         _add_bias(out, L.ffn_down_b)
+        _scale(out, L.ffn_down_s)
 
 
 class TracedGraphOps(GraphOps):
@@ -239,11 +256,13 @@ class TracedGraphOps(GraphOps):
         self.g.norm(names, normed, self.res_name, out, weight_name)
 
     def logits(self, x, out):
-        w = self.ctx.model.output
+        w, sc = self.ctx.model.output, self.ctx.model.output_s
         matmul(w, x, out, self.order)
         base = out.copy()
+        _scale(out, sc)
+        scaled = None if sc is None else (_scale_name(w), out.copy())
         steps = self.lora(w, x, out, keep=True)
-        self.g.matmul("result_output", base, w.name, self.hp.n_embd, "result_norm", steps)
+        self.g.matmul("result_output", base, w.name, self.hp.n_embd, "result_norm", steps, scaled)
 
     def qkv(self, il, L, cur, q, k, v, q_r, k_r):
         from kernels.kv_cache import fwht_rows
@@ -253,11 +272,14 @@ class TracedGraphOps(GraphOps):
         D = hp.n_embd_head
         g.set_attn_norm_shape(cur)
         # llama.cpp's graph evaluates Q, then V, then K
-        for which, W, b, out, heads, r_out in (("Qcur", L.attn_q, L.attn_q_b, q, hp.n_head, q_r),
-                                               ("Vcur", L.attn_v, L.attn_v_b, v, hp.n_head_kv, None),
-                                               ("Kcur", L.attn_k, L.attn_k_b, k, hp.n_head_kv, k_r)):
+        for which, W, b, sc, out, heads, r_out in (
+                ("Qcur", L.attn_q, L.attn_q_b, L.attn_q_s, q, hp.n_head, q_r),
+                ("Vcur", L.attn_v, L.attn_v_b, L.attn_v_s, v, hp.n_head_kv, None),
+                ("Kcur", L.attn_k, L.attn_k_b, L.attn_k_s, k, hp.n_head_kv, k_r)):
             matmul(W, cur, out, self.order)
             base = out.copy()
+            _scale(out, sc)
+            scaled = None if sc is None else (_scale_name(W), out.copy())
             steps = self.lora(W, cur, out, keep=True)
             _add_bias(out, b)
             shaped = out.reshape(T, heads, D)
@@ -270,7 +292,7 @@ class TracedGraphOps(GraphOps):
                     r_out *= self.temp[:, None, None]
                     temp_scaled = r_out
             g.qkv_proj(il, which, base, steps, out if b is not None else None, W.name,
-                       W.name.replace(".weight", ".bias"), shaped, r_shown, temp_scaled)
+                       W.name.replace(".weight", ".bias"), shaped, r_shown, temp_scaled, scaled)
             n_rot, rot_name = (ctx.rot_v, "attn_inp_v_rot") if which == "Vcur" else (ctx.rot_k, "attn_inp_k_rot")
             if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
                 x = r_out if r_out is not None else shaped
@@ -297,9 +319,11 @@ class TracedGraphOps(GraphOps):
     def attn_out(self, il, L, kqv_out, out):
         matmul(L.attn_output, kqv_out, out, self.order)
         base = out.copy()
+        _scale(out, L.attn_output_s)
+        scaled = None if L.attn_output_s is None else (_scale_name(L.attn_output), out.copy())
         steps = self.lora(L.attn_output, kqv_out, out, keep=True)
         self.attn_name = self.g.attn_out(il, base, L.attn_output.name, self.hp.n_head * self.hp.n_embd_head,
-                                         self.kqv_name, steps)
+                                         self.kqv_name, steps, scaled)
         _add_bias(out, L.attn_output_b)
 
     def out_rows(self, attn_out, x, n):
@@ -325,20 +349,31 @@ class TracedGraphOps(GraphOps):
 
     def gate_up(self, il, L, cur, gate, up):
         matmul_many(L.gate_up, cur, [gate, up], self.order)
-        for name, w, out, b in ((f"ffn_gate-{il}", L.ffn_gate, gate, L.ffn_gate_b), (f"ffn_up-{il}", L.ffn_up, up,
-                                                                                     L.ffn_up_b)):
+        self.ffn_in = []  # the names the SWIGLU reads
+        for name, w, out, b, sc in ((f"ffn_gate-{il}", L.ffn_gate, gate, L.ffn_gate_b, L.ffn_gate_s),
+                                    (f"ffn_up-{il}", L.ffn_up, up, L.ffn_up_b, L.ffn_up_s)):
             base = out.copy()
             steps = self.lora(w, cur, out, keep=True)
             _add_bias(out, b)
             self.g.matmul(name, base, w.name, self.hp.n_embd, f"ffn_norm-{il}", steps)
+            if sc is not None:  # build_ffn's ggml_mul by the scale: "ffn_gate_s" / "ffn_up_s"
+                _scale(out, sc)
+                name = self.g.scale(name.replace("-", "_s-"), out, name, _scale_name(w))
+            self.ffn_in.append(name)
 
     def swiglu(self, il, gate, up):
         swiglu(gate, up, gate)
-        self.g.swiglu(il, gate)
+        self.g.swiglu(il, gate, *self.ffn_in)
 
     def ffn_down(self, il, L, h, out):
         matmul(L.ffn_down, h, out, self.order)
         base = out.copy()
         steps = self.lora(L.ffn_down, h, out, keep=True)
         _add_bias(out, L.ffn_down_b)
-        self.g.matmul(f"ffn_out-{il}", base, L.ffn_down.name, self.hp.n_ff, f"ffn_swiglu-{il}", steps)
+        scaled = L.ffn_down_s is not None
+        # the graph names the last node ffn_out: the product's, or the scale's MUL after it
+        prod = self.g.matmul(None if scaled else f"ffn_out-{il}", base, L.ffn_down.name, self.hp.n_ff,
+                             f"ffn_swiglu-{il}", steps)
+        if scaled:
+            _scale(out, L.ffn_down_s)
+            self.g.scale(f"ffn_out-{il}", out, prod, _scale_name(L.ffn_down))

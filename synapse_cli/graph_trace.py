@@ -51,12 +51,16 @@ class GraphTrace:
 
     # --- input and norms ---------------------------------------------------------------------
 
-    def lora_mm(self, name, base, weight_name, n_in, src_name, src_ne, steps=()) -> str:
-        """build_lora_mm: MUL_MAT of the weight, then per LoRA adapter MUL_MAT by its A, MUL_MAT by its B, SCALE and
-        ADD to the result so far; only the last node gets the name (the others are node_<index>). steps: the
-        adapters' (A's name, B's name, A @ x, B @ that, scaled, sum) of GraphOps.lora."""
+    def lora_mm(self, name, base, weight_name, n_in, src_name, src_ne, steps=(), scaled=None) -> str:
+        """build_lora_mm: MUL_MAT of the weight, [MUL by its per-tensor scale,] then per LoRA adapter MUL_MAT by its
+        A, MUL_MAT by its B, SCALE and ADD to the result so far; only the last node gets the name (the others are
+        node_<index>). steps: the adapters' (A's name, B's name, A @ x, B @ that, scaled, sum) of GraphOps.lora;
+        scaled: (the scale's name, the scaled product) or None."""
         T, n_out = base.shape
-        res = self.node(None if steps else name, "MUL_MAT", base, [(weight_name, (n_in, n_out, 1, 1)), (src_name, src_ne)])
+        last = not steps and scaled is None
+        res = self.node(name if last else None, "MUL_MAT", base, [(weight_name, (n_in, n_out, 1, 1)), (src_name, src_ne)])
+        if scaled is not None:
+            res = self.scale(None if steps else name, scaled[1], res, scaled[0])
         for i, (a_name, b_name, t, d, scaled, summed) in enumerate(steps):
             r = t.shape[1]
             na = self.node(None, "MUL_MAT", t, [(a_name, (n_in, r, 1, 1)), (src_name, src_ne)])
@@ -68,6 +72,10 @@ class GraphTrace:
         nb = self.node(None, "MUL_MAT", d, [(b_name, (t.shape[1], d.shape[1], 1, 1)), (t_name, ne_of(t))])
         ns = self.node(None, "SCALE", scaled, [(nb, ne_of(d))])
         return self.node(name, "ADD", summed, [(res, ne_of(d)), (ns, ne_of(d))])
+
+    def scale(self, name, out, src_name, scale_name) -> str:
+        """ggml_mul of a product by its weight's per-tensor scale (a (1,) tensor)."""
+        return self.node(name, "MUL", out, [(src_name, ne_of(out)), (scale_name, (1, 1, 1, 1))])
 
     def embd(self, x, n_vocab, steps=()):
         """GET_ROWS of the token embeddings; with LoRA adapters of them (build_inp_embd), per adapter GET_ROWS of its
@@ -87,11 +95,12 @@ class GraphTrace:
 
     # --- attention ---------------------------------------------------------------------------
 
-    def qkv_proj(self, il, which, raw, steps, biased, weight_name, bias_name, reshaped, roped=None, temp_scaled=None):
-        """MUL_MAT [+ LoRA nodes] [+ ADD bias] + RESHAPE [+ ROPE] [+ temperature MUL] for one of Qcur/Kcur/Vcur (raw:
-        the weight's product, steps: GraphOps.lora's)."""
+    def qkv_proj(self, il, which, raw, steps, biased, weight_name, bias_name, reshaped, roped=None, temp_scaled=None,
+                 scaled=None):
+        """MUL_MAT [+ scale MUL] [+ LoRA nodes] [+ ADD bias] + RESHAPE [+ ROPE] [+ temperature MUL] for one of
+        Qcur/Kcur/Vcur (raw: the weight's product, steps: GraphOps.lora's, scaled: lora_mm's)."""
         n = f"{which}-{il}"
-        self.lora_mm(n, raw, weight_name, self._attn_norm_ne[0], f"attn_norm-{il}", self._attn_norm_ne, steps)
+        self.lora_mm(n, raw, weight_name, self._attn_norm_ne[0], f"attn_norm-{il}", self._attn_norm_ne, steps, scaled)
         if biased is not None:
             self.node(n, "ADD", biased, [(n, ne_of(raw)), (bias_name, (raw.shape[1], 1, 1, 1))])
         self.node(n, "RESHAPE", reshaped, [(n, ne_of(raw))])
@@ -198,10 +207,10 @@ class GraphTrace:
         fa_name = self.node(None, "FLASH_ATTN_EXT", fa, [(f"{q_name} (view) (permuted)", ne_of(qp)), kv_src])
         self.node(f"kqv_out-{il}", "RESHAPE", kqv_out, [(fa_name, ne_of(fa))])
 
-    def attn_out(self, il, out, weight_name, n_in, src=None, steps=()) -> str:
+    def attn_out(self, il, out, weight_name, n_in, src=None, steps=(), scaled=None) -> str:
         # qwen2's graph does not name the output projection (llama and mistral3 call it attn_out)
         name = None if self.arch == "qwen2" else f"attn_out-{il}"
-        return self.lora_mm(name, out, weight_name, n_in, src or f"kqv_out-{il}", (n_in, self.T, 1, 1), steps)
+        return self.lora_mm(name, out, weight_name, n_in, src or f"kqv_out-{il}", (n_in, self.T, 1, 1), steps, scaled)
 
     def out_rows(self, attn_name, attn_rows, inp_name, inp_rows, T_full):
         E = attn_rows.shape[1]
@@ -218,9 +227,10 @@ class GraphTrace:
         """build_cvec: a control vector's direction (an unnamed 1-d tensor) added to a block's output."""
         return self.node(name, "ADD", out, [(a_name, ne_of(out)), ("", (out.shape[1], 1, 1, 1))])
 
-    def matmul(self, name, out, weight_name, n_in, src_name, steps=()):
-        """A named product (with its LoRA adapters' nodes, if any)."""
-        self.lora_mm(name, out, weight_name, n_in, src_name, (n_in, out.shape[0], 1, 1), steps)
+    def matmul(self, name, out, weight_name, n_in, src_name, steps=(), scaled=None) -> str:
+        """A named product (with its scale's and its LoRA adapters' nodes, if any)."""
+        return self.lora_mm(name, out, weight_name, n_in, src_name, (n_in, out.shape[0], 1, 1), steps, scaled)
 
-    def swiglu(self, il, out):
-        self.node(f"ffn_swiglu-{il}", "SWIGLU", out, [(f"ffn_gate-{il}", ne_of(out)), (f"ffn_up-{il}", ne_of(out))])
+    def swiglu(self, il, out, gate_name=None, up_name=None):
+        self.node(f"ffn_swiglu-{il}", "SWIGLU", out, [(gate_name or f"ffn_gate-{il}", ne_of(out)),
+                                                      (up_name or f"ffn_up-{il}", ne_of(out))])

@@ -57,6 +57,15 @@ class LayerWeights:
     ffn_gate_b: Optional[np.ndarray] = None
     ffn_up_b: Optional[np.ndarray] = None
     ffn_down_b: Optional[np.ndarray] = None
+    # per-tensor weight scales (1,) f32, llama.cpp's *_s (`<weight>.scale`, NVFP4 checkpoints' weight_scale_2):
+    # the product is multiplied by it (ggml_mul), Q/K/V/output before their LoRA adapters and biases, the FFN's after
+    attn_q_s: Optional[np.ndarray] = None
+    attn_k_s: Optional[np.ndarray] = None
+    attn_v_s: Optional[np.ndarray] = None
+    attn_output_s: Optional[np.ndarray] = None
+    ffn_gate_s: Optional[np.ndarray] = None
+    ffn_up_s: Optional[np.ndarray] = None
+    ffn_down_s: Optional[np.ndarray] = None
 
     def __post_init__(self):
         # products sharing an input, computed by one matmul_many call (activations quantized once)
@@ -77,9 +86,16 @@ class LayerWeights:
                      (self.gate_up_gemv.kern, self.gate_up_gemv.pre, self.gate_up_gemv.pf), self.ffn_down._solo)
             self.block_kinds = tuple(product_kind(kern) for kern, _, _ in calls)
             self.block_products = tuple(a for _, pre, pf in calls for a in (pre, pf))
+        if self.has_scales:  # (kernels/layer.py's one-call block has no scale step: such blocks run op by op)
+            self.block_kinds = self.block_products = None
         self.block_biases = tuple(_NO_BIAS if b is None else np.array(b, np.float32).reshape(-1) for b in (
             self.attn_q_b, self.attn_k_b, self.attn_v_b, self.attn_output_b, self.ffn_gate_b, self.ffn_up_b,
             self.ffn_down_b))
+
+    @property
+    def has_scales(self) -> bool:
+        return any(x is not None for x in (self.attn_q_s, self.attn_k_s, self.attn_v_s, self.attn_output_s,
+                                           self.ffn_gate_s, self.ffn_up_s, self.ffn_down_s))
 
 
 class Model:
@@ -90,6 +106,7 @@ class Model:
         self.reader = reader
         self.hparams = hparams
         self.layers: list[LayerWeights] = []
+        self.output_s = None  # (1,) f32: the output's per-tensor scale (an NVFP4 output's `output.scale`), or None
         self.load_ms = 0.0
 
     # --- loading -------------------------------------------------------------------------------
@@ -173,6 +190,12 @@ class Model:
                 return None
             return _as_f32(t)
 
+        def scale(weight: str) -> np.ndarray | None:
+            """llama.cpp's optional per-tensor scales of a product's weight: `<w>.scale` (the *_s its graph multiplies
+            the product by) and `<w>.input_scale` (loaded, unused on the CPU)."""
+            vector(weight + ".input_scale", 1, required=False)
+            return vector(weight + ".scale", 1, required=False)
+
         n_embd, n_ff = hp.n_embd, hp.n_ff
         n_q, n_kv = hp.n_embd_head * hp.n_head, hp.n_embd_k_gqa
 
@@ -184,6 +207,11 @@ class Model:
         if m.tied_output:  # llama.cpp: "if output is NULL, init from the input tok embed"
             m.output = m.tok_embd
             own_rows(m.output, reader.tensor("token_embd.weight"))
+        if m.output.ggml_type == GGMLType.NVFP4:  # llama.cpp looks for the output's scales only then
+            m.output_s = scale("output")
+            if m.tied_output and (m.output_s is not None or reader.tensor("output.input_scale") is not None):
+                raise ModelError(f"{path}: an NVFP4 output tied to token_embd.weight cannot have output.scale or "
+                                 "output.input_scale (llama.cpp asserts this at load)")
         m.rope_freqs = None
         if reader.tensor("rope_freqs.weight") is not None:
             m.rope_freqs = vector("rope_freqs.weight", hp.n_rot // 2)
@@ -207,6 +235,8 @@ class Model:
                 ffn_gate_b=vector(p + "ffn_gate.bias", n_ff, required=False),
                 ffn_up_b=vector(p + "ffn_up.bias", n_ff, required=False),
                 ffn_down_b=vector(p + "ffn_down.bias", n_embd, required=False),
+                **{f"{w}_s": scale(p + w) for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                                    "ffn_down")},
             ))
 
         unexpected = [t.name for t in reader.tensors if t.name not in used]
