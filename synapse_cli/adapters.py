@@ -161,6 +161,8 @@ def load_lora(path: str, model) -> LoraAdapter:
         base = model.reader.tensor(name)
         if base is None:
             fail(f"LoRA tensor '{name}' does not exist in base model (hint: maybe wrong base model?)")
+        if name.endswith(".attn_qkv.weight"):  # (synapse computes a fused QKV weight as its three row ranges)
+            fail(f"LoRA tensor '{name}': adapters of a fused attn_qkv weight are not supported")
         ne = lambda t: tuple(t.ne) + (1,) * (2 - len(t.ne))  # noqa: E731
         (a0, a1), (b0, b1), (m0, m1) = ne(a)[:2], ne(b)[:2], ne(base)[:2]
         if name.endswith("token_embd.weight"):

@@ -265,12 +265,15 @@ class TracedGraphOps(GraphOps):
         self.g.matmul("result_output", base, w.name, self.hp.n_embd, "result_norm", steps, scaled)
 
     def qkv(self, il, L, cur, q, k, v, q_r, k_r):
-        from kernels.kv_cache import fwht_rows
         from kernels.rope import rope
 
-        hp, ctx, g, T = self.hp, self.ctx, self.g, self.T
+        hp, g, T = self.hp, self.g, self.T
         D = hp.n_embd_head
         g.set_attn_norm_shape(cur)
+        g.v_cont = L.fused_qkv
+        if L.fused_qkv:
+            self._fused_qkv(il, L, cur, q, k, v, q_r, k_r)
+            return
         # llama.cpp's graph evaluates Q, then V, then K
         for which, W, b, sc, out, heads, r_out in (
                 ("Qcur", L.attn_q, L.attn_q_b, L.attn_q_s, q, hp.n_head, q_r),
@@ -293,13 +296,61 @@ class TracedGraphOps(GraphOps):
                     temp_scaled = r_out
             g.qkv_proj(il, which, base, steps, out if b is not None else None, W.name,
                        W.name.replace(".weight", ".bias"), shaped, r_shown, temp_scaled, scaled)
-            n_rot, rot_name = (ctx.rot_v, "attn_inp_v_rot") if which == "Vcur" else (ctx.rot_k, "attn_inp_k_rot")
-            if n_rot:  # llama_mul_mat_hadamard in build_attn, before the cache store
-                x = r_out if r_out is not None else shaped
-                before = x.copy()
-                fwht_rows(x, n_rot)
-                src = f"Qcur_attn_temp_scaled-{il}" if temp_scaled is not None else f"{which}-{il}"
-                g.rotation(src, before, x, n_rot, rot_name)
+            self._rotate(il, which, r_out if r_out is not None else shaped, temp_scaled)
+
+    def _rotate(self, il, which, x, temp_scaled):
+        """llama_mul_mat_hadamard in build_attn, before the cache store (a quantized cache), of Q, K or V (x)."""
+        from kernels.kv_cache import fwht_rows
+
+        ctx = self.ctx
+        n_rot, rot_name = (ctx.rot_v, "attn_inp_v_rot") if which == "Vcur" else (ctx.rot_k, "attn_inp_k_rot")
+        if n_rot:
+            before = x.copy()
+            fwht_rows(x, n_rot)
+            src = f"Qcur_attn_temp_scaled-{il}" if temp_scaled is not None else f"{which}-{il}"
+            self.g.rotation(src, before, x, n_rot, rot_name)
+
+    def _fused_qkv(self, il, L, cur, q, k, v, q_r, k_r):
+        """build_qkv with a fused attn_qkv weight: one MUL_MAT ("wqkv"; its scale's MUL), its bias ADD ("wqkv_b";
+        attn_q/k/v.bias are CONCATenated first), then Q, V and K as VIEWs of it, Q and K roped. The three row
+        ranges are computed apart (LayerWeights.attn_q/k/v): the same values."""
+        from kernels.rope import rope
+
+        hp, g, T, D = self.hp, self.g, self.T, self.hp.n_embd_head
+        matmul_many(L.qkv, cur, [q, k, v], self.order)
+        fused = lambda: np.concatenate([q, k, v], axis=1)  # noqa: E731  (T, n_q + 2 n_kv)
+        base = fused()
+        for out in (q, k, v):
+            _scale(out, L.attn_q_s)
+        scaled = None if L.attn_q_s is None else (_scale_name(L.attn_q), fused())
+        name = g.matmul(f"wqkv-{il}", base, L.attn_q.name, hp.n_embd, f"attn_norm-{il}", (), scaled)
+        if L.attn_q_b is not None:
+            for out, b in ((q, L.attn_q_b), (k, L.attn_k_b), (v, L.attn_v_b)):
+                _add_bias(out, b)
+            bias = (L.attn_q.name.replace(".weight", ".bias"), (base.shape[1], 1, 1, 1))
+            if not L.fused_qkv_bias:  # ggml_concat(ggml_concat(q_b, k_b), v_b)
+                p = L.attn_q.name.replace("attn_qkv.weight", "")
+                qk = g.node(None, "CONCAT", np.concatenate([L.attn_q_b, L.attn_k_b]),
+                            [(p + "attn_q.bias", (len(L.attn_q_b), 1, 1, 1)), (p + "attn_k.bias", (len(L.attn_k_b), 1, 1, 1))])
+                bias = (g.node(None, "CONCAT", np.concatenate([L.attn_q_b, L.attn_k_b, L.attn_v_b]),
+                               [(qk, (len(L.attn_q_b) + len(L.attn_k_b), 1, 1, 1)),
+                                (p + "attn_v.bias", (len(L.attn_v_b), 1, 1, 1))]), bias[1])
+            name = g.add(f"wqkv_b-{il}", fused(), name, bias[0], bias[1])
+        src = [(name, (base.shape[1], T, 1, 1))]
+        for which, out, heads, r_out in (("Qcur", q, hp.n_head, q_r), ("Vcur", v, hp.n_head_kv, None),
+                                         ("Kcur", k, hp.n_head_kv, k_r)):
+            n = f"{which}-{il}"
+            shaped = out.reshape(T, heads, D)
+            g.node(n, "VIEW", shaped, src)
+            temp_scaled = None
+            if r_out is not None:
+                rope(shaped, self.pos, r_out, *self.rope_args)
+                g.node(n, "ROPE", r_out, [(n, (D, heads, T, 1)), ("inp_pos", (T, 1, 1, 1))])
+                if which == "Qcur" and self.temp is not None:
+                    r_out *= self.temp[:, None, None]
+                    temp_scaled = g.node(f"Qcur_attn_temp_scaled-{il}", "MUL", r_out,
+                                         [(n, (D, heads, T, 1)), ("inp_attn_scale", (1, 1, T, 1))])
+            self._rotate(il, which, r_out if r_out is not None else shaped, temp_scaled)
 
     def attention(self, il, q_r, k_r, v3, kqv_out):
         from kernels.kv_cache import fwht_rows

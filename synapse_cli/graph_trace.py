@@ -29,6 +29,7 @@ class GraphTrace:
         self.n_kv = n_kv
         self.ctype = cache_type_v  # the V cache's type (the K cache's is given where its nodes are made)
         self.n = 0  # index of the next graph node (unnamed nodes are called node_<index>)
+        self.v_cont = False  # this layer's Vcur is a VIEW of a fused QKV product (the cache store CONTs it first)
 
     def node(self, name: str | None, op: str, value: np.ndarray, srcs: list, typ: str = "f32", ne=None) -> str:
         """One graph node; a quantized node (typ q8_0, ...) has no printed values: give its ne."""
@@ -127,14 +128,16 @@ class GraphTrace:
         self.node(f"cache_k_l{il} (view)", "SET_ROWS", k_cache_f32, [(f"{k_src} (view)", ne_of(kv)), ("attn_inp_k_idxs", (T, 1, 1, 1))],
                   kt, ne=(nk, self.n_ctx, 1, 1))
         vr = v3.reshape(T, nk)
-        self.node(f"Vcur-{il} (reshaped)", "RESHAPE", vr, [(f"Vcur-{il}", ne_of(v3))])
+        # (a VIEW of a fused QKV product is made contiguous first)
+        v1 = self.node(f"Vcur-{il} (cont)" if self.v_cont else f"Vcur-{il} (reshaped)", "CONT" if self.v_cont else
+                       "RESHAPE", vr, [(f"Vcur-{il}", ne_of(v3))])
         vr2 = vr.reshape(T * nk, 1)
-        self.node(f"Vcur-{il} (reshaped) (reshaped)", "RESHAPE", vr2, [(f"Vcur-{il} (reshaped)", ne_of(vr))])
+        v2 = self.node(f"{v1} (reshaped)", "RESHAPE", vr2, [(v1, ne_of(vr))])
         vflat = v_cache_flat_f32.reshape(-1, 1)
         before = self.v_cache_before.reshape(-1, 1)
         self.node(f"cache_v_l{il} (reshaped)", "RESHAPE", before, [(f"cache_v_l{il}", (nk, self.n_ctx, 1, 1))], c)
         self.node(f"cache_v_l{il} (reshaped) (view)", "SET_ROWS", vflat,
-                  [(f"Vcur-{il} (reshaped) (reshaped)", ne_of(vr2)), ("attn_inp_v_idxs", (T * nk, 1, 1, 1))], c)
+                  [(v2, ne_of(vr2)), ("attn_inp_v_idxs", (T * nk, 1, 1, 1))], c)
 
     def attention(self, il, q_name, q, k_view, v_view, kq, kq_sm, kqv, kqv_out, k_type):
         """Cache views, Q permute, kq, soft_max, kqv, permute and CONT (build_attn_mha, no flash attention).
@@ -220,8 +223,8 @@ class GraphTrace:
 
     # --- feed-forward ------------------------------------------------------------------------
 
-    def add(self, name, out, a_name, b_name) -> str:
-        return self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, ne_of(out))])
+    def add(self, name, out, a_name, b_name, b_ne=None) -> str:
+        return self.node(name, "ADD", out, [(a_name, ne_of(out)), (b_name, b_ne or ne_of(out))])
 
     def add_direction(self, name, out, a_name) -> str:
         """build_cvec: a control vector's direction (an unnamed 1-d tensor) added to a block's output."""

@@ -66,6 +66,9 @@ class LayerWeights:
     ffn_gate_s: Optional[np.ndarray] = None
     ffn_up_s: Optional[np.ndarray] = None
     ffn_down_s: Optional[np.ndarray] = None
+    # attn_q/k/v are the row ranges of one fused attn_qkv weight (their .name, and their scales); its bias, if
+    # any, came as attn_qkv.bias (True) or as attn_q/k/v.bias (False: llama.cpp concatenates them)
+    fused_qkv_bias: Optional[bool] = None
 
     def __post_init__(self):
         # products sharing an input, computed by one matmul_many call (activations quantized once)
@@ -91,6 +94,10 @@ class LayerWeights:
         self.block_biases = tuple(_NO_BIAS if b is None else np.array(b, np.float32).reshape(-1) for b in (
             self.attn_q_b, self.attn_k_b, self.attn_v_b, self.attn_output_b, self.ffn_gate_b, self.ffn_up_b,
             self.ffn_down_b))
+
+    @property
+    def fused_qkv(self) -> bool:
+        return self.attn_q.name.endswith("attn_qkv.weight")
 
     @property
     def has_scales(self) -> bool:
@@ -133,7 +140,7 @@ class Model:
     def _load(cls, path, progress, use_mmap, kv_overrides) -> "Model":
         t0 = time.perf_counter()
         from kernels.matmul import Weight  # numba import happens here, not at CLI start-up
-        from kernels.quants.base import WeightArena, in_layout_only, packing_into
+        from kernels.quants.base import WeightArena, in_layout_only, llama_repacks, packing_into
 
         path = str(path)
         reader = GGUFReader(path)
@@ -216,27 +223,57 @@ class Model:
         if reader.tensor("rope_freqs.weight") is not None:
             m.rope_freqs = vector("rope_freqs.weight", hp.n_rot // 2)
 
+        def fused_qkv(name: str) -> tuple:
+            """A fused attn_qkv weight (convert_hf_to_gguf.py --fuse-qkv: the rows of Q, then K, then V) as its three
+            row ranges, each a Weight of its own: a product's rows are independent, so they compute what llama.cpp's
+            one product computes, where the whole and each part take the same kernels (repacked or not)."""
+            t = tensor(name, (n_embd, n_q + 2 * n_kv))
+            sizes = (n_q, n_kv, n_kv)
+            whole = llama_repacks(t.ggml_type, sum(sizes))
+            if any(llama_repacks(t.ggml_type, n) != whole for n in sizes):
+                raise ModelError(f"{path}: {name}: its Q/K/V row counts {sizes} would take other kernels than the "
+                                 "fused weight's (not supported)")
+            rows, r0, parts = t.data.reshape(sum(sizes), -1), 0, []
+            for n in sizes:
+                with packing_into(arena):
+                    parts.append(Weight(t.ggml_type, rows[r0:r0 + n].reshape(-1), n_embd, n, name=name))
+                r0 += n
+            if whole:
+                reader.release(t)
+            return tuple(parts)
+
         for il in range(hp.n_layer):
             p = f"blk.{il}."
+            fused = reader.tensor(p + "attn_qkv.weight") is not None
+            if fused:  # llama.cpp's create_tensor_qkv: attn_qkv if present, else attn_q/k/v (their scales apart)
+                wq, wk, wv = fused_qkv(p + "attn_qkv.weight")
+                b_qkv = vector(p + "attn_qkv.bias", n_q + 2 * n_kv, required=False)
+                s_qkv = scale(p + "attn_qkv")
+                qkv = dict(attn_q=wq, attn_k=wk, attn_v=wv, attn_q_s=s_qkv, attn_k_s=s_qkv, attn_v_s=s_qkv,
+                           fused_qkv_bias=b_qkv is not None)
+                if b_qkv is not None:
+                    qkv.update(attn_q_b=b_qkv[:n_q], attn_k_b=b_qkv[n_q:n_q + n_kv], attn_v_b=b_qkv[n_q + n_kv:])
+            else:
+                qkv = dict(attn_q=matrix(p + "attn_q.weight", n_embd, n_q), attn_k=matrix(p + "attn_k.weight", n_embd, n_kv),
+                           attn_v=matrix(p + "attn_v.weight", n_embd, n_kv),
+                           **{f"{w}_s": scale(p + w) for w in ("attn_q", "attn_k", "attn_v")})
+            if "attn_q_b" not in qkv:
+                qkv.update(attn_q_b=vector(p + "attn_q.bias", n_q, required=False),
+                           attn_k_b=vector(p + "attn_k.bias", n_kv, required=False),
+                           attn_v_b=vector(p + "attn_v.bias", n_kv, required=False))
             m.layers.append(LayerWeights(
                 attn_norm=vector(p + "attn_norm.weight", n_embd),
-                attn_q=matrix(p + "attn_q.weight", n_embd, n_q),
-                attn_k=matrix(p + "attn_k.weight", n_embd, n_kv),
-                attn_v=matrix(p + "attn_v.weight", n_embd, n_kv),
+                **qkv,
                 attn_output=matrix(p + "attn_output.weight", n_q, n_embd),
                 ffn_norm=vector(p + "ffn_norm.weight", n_embd),
                 ffn_gate=matrix(p + "ffn_gate.weight", n_embd, n_ff),
                 ffn_up=matrix(p + "ffn_up.weight", n_embd, n_ff),
                 ffn_down=matrix(p + "ffn_down.weight", n_ff, n_embd),
-                attn_q_b=vector(p + "attn_q.bias", n_q, required=False),
-                attn_k_b=vector(p + "attn_k.bias", n_kv, required=False),
-                attn_v_b=vector(p + "attn_v.bias", n_kv, required=False),
                 attn_output_b=vector(p + "attn_output.bias", n_embd, required=False),
                 ffn_gate_b=vector(p + "ffn_gate.bias", n_ff, required=False),
                 ffn_up_b=vector(p + "ffn_up.bias", n_ff, required=False),
                 ffn_down_b=vector(p + "ffn_down.bias", n_embd, required=False),
-                **{f"{w}_s": scale(p + w) for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-                                                    "ffn_down")},
+                **{f"{w}_s": scale(p + w) for w in ("attn_output", "ffn_gate", "ffn_up", "ffn_down")},
             ))
 
         unexpected = [t.name for t in reader.tensors if t.name not in used]
