@@ -331,7 +331,8 @@ class TracedGraphOps(GraphOps):
             if not L.fused_qkv_bias:  # ggml_concat(ggml_concat(q_b, k_b), v_b)
                 p = L.attn_q.name.replace("attn_qkv.weight", "")
                 qk = g.node(None, "CONCAT", np.concatenate([L.attn_q_b, L.attn_k_b]),
-                            [(p + "attn_q.bias", (len(L.attn_q_b), 1, 1, 1)), (p + "attn_k.bias", (len(L.attn_k_b), 1, 1, 1))])
+                            [(p + "attn_q.bias", (len(L.attn_q_b), 1, 1, 1)),
+                             (p + "attn_k.bias", (len(L.attn_k_b), 1, 1, 1))])
                 bias = (g.node(None, "CONCAT", np.concatenate([L.attn_q_b, L.attn_k_b, L.attn_v_b]),
                                [(qk, (len(L.attn_q_b) + len(L.attn_k_b), 1, 1, 1)),
                                 (p + "attn_v.bias", (len(L.attn_v_b), 1, 1, 1))]), bias[1])

@@ -59,7 +59,8 @@ class GraphTrace:
         scaled: (the scale's name, the scaled product) or None."""
         T, n_out = base.shape
         last = not steps and scaled is None
-        res = self.node(name if last else None, "MUL_MAT", base, [(weight_name, (n_in, n_out, 1, 1)), (src_name, src_ne)])
+        res = self.node(name if last else None, "MUL_MAT", base,
+                        [(weight_name, (n_in, n_out, 1, 1)), (src_name, src_ne)])
         if scaled is not None:
             res = self.scale(None if steps else name, scaled[1], res, scaled[0])
         for i, (a_name, b_name, t, d, scaled, summed) in enumerate(steps):

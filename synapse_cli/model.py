@@ -254,7 +254,8 @@ class Model:
                 if b_qkv is not None:
                     qkv.update(attn_q_b=b_qkv[:n_q], attn_k_b=b_qkv[n_q:n_q + n_kv], attn_v_b=b_qkv[n_q + n_kv:])
             else:
-                qkv = dict(attn_q=matrix(p + "attn_q.weight", n_embd, n_q), attn_k=matrix(p + "attn_k.weight", n_embd, n_kv),
+                qkv = dict(attn_q=matrix(p + "attn_q.weight", n_embd, n_q),
+                           attn_k=matrix(p + "attn_k.weight", n_embd, n_kv),
                            attn_v=matrix(p + "attn_v.weight", n_embd, n_kv),
                            **{f"{w}_s": scale(p + w) for w in ("attn_q", "attn_k", "attn_v")})
             if "attn_q_b" not in qkv:

@@ -15,8 +15,8 @@ Importing this package compiles nothing (kernels are compiled, or loaded from th
 
 from __future__ import annotations
 
-from . import (floats, fp4, iq1, iq4, iq_grid, lowbit, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k,  # noqa: F401
-               q8_0, tq)  # (register)
+from . import (floats, fp4, iq1, iq4, iq_grid, lowbit, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0,  # noqa: F401
+               q5_1, q5_k, q6_k, q8_0, tq)  # (register)
 from .base import FORMATS, BlockFormat, readonly
 
 __all__ = ["FORMATS", "BlockFormat", "get_format", "readonly"]

@@ -320,8 +320,8 @@ def repack_option(f):
     which decides their products' kernels and so their float orders."""
     return click.option("--repack/--no-repack", " /-nr", "repack", default=True, show_default=True,
                         expose_value=False, callback=lambda ctx, p, v: ctx.meta.__setitem__("synapse.repack", v),
-                        help="Repack weights at load as llama.cpp does (Q4_0, Q4_K, Q2_K, IQ4_NL, MXFP4); -nr: keep them "
-                             "as stored, with llama.cpp's kernels for that.")(f)
+                        help="Repack weights at load as llama.cpp does (Q4_0, Q4_K, Q2_K, IQ4_NL, MXFP4); -nr: keep "
+                             "them as stored, with llama.cpp's kernels for that.")(f)
 
 
 def repack_setting() -> bool:
