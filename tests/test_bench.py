@@ -16,6 +16,7 @@ import stat
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -632,6 +633,28 @@ def test_repack_and_the_gpu_and_placement_parameters_as_llama_bench(monkeypatch)
     keys = ("n_gpu_layers", "main_gpu", "split_mode", "no_kv_offload", "poll", "cpu_mask", "cpu_strict",
             "no_op_offload", "no_host", "repack", "load_mode", "flash_attn")
     assert {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
-    for bad in (["-ngl", "0,99"], ["-sm", "rows"], ["--repack", "2"]):
+    for bad in (["-sm", "rows"], ["--repack", "2"], ["-dev", "CPU"], ["-ot", "x=GPU"], ["-ts", "a"], ["-embd", "2"]):
         r = _invoke(["-m", str(TINY), "-p", "8", "-n", "0", "-r", "1", *bad])
         assert r.exit_code != 0 and bad[0] in r.stderr, r.stderr
+
+
+def test_gpu_parameter_lists_and_embeddings_as_llama_bench(monkeypatch):
+    """Lists of the GPU parameters run every test once per value, in llama-bench's loop order, with its columns and
+    cells (-dev, -ts, -ot too): the table llama-bench printed for the same command line but its t/s
+    (tests/reference/bench/tiny-llama__lists.md). -embd 1 makes every prompt token an output."""
+    ref = (Path(__file__).resolve().parent / "reference" / "bench" / "tiny-llama__lists.md").read_text().splitlines()
+    flags = ["-p", "8", "-n", "0", "-r", "1", "-t", "1", "-ngl", "0,99", "-mg", "1", "-ts", "1;2,3", "-dev", "none",
+             "-ot", "exps=CPU", "-embd", "0,1"]
+    from synapse_cli.model import Context
+
+    rows = []  # per prompt batch: how many logit rows decode returned
+    real = Context.decode
+    monkeypatch.setattr(Context, "decode", lambda self, t, *a, **k: rows.append(
+        len(np.atleast_2d(out := real(self, t, *a, **k)))) or out)
+    r = _invoke(["-m", str(TINY_MODELS / "tiny-llama-Q8_0.gguf"), *flags, "--no-roofline"])
+    assert r.exit_code == 0, r.stderr
+    assert rows == [1, 1, 8, 8] * 4  # (warm-up and timed run; -embd 0, 1)
+    ours = [line for line in r.stdout.splitlines() if line.startswith("|")]
+    theirs = [line for line in ref if line.startswith("|")]
+    assert ours[:2] == theirs[:2] and len(ours) == len(theirs) == 10
+    assert [line.rsplit("|", 2)[0] for line in ours[2:]] == [line.rsplit("|", 2)[0] for line in theirs[2:]]

@@ -37,6 +37,8 @@ def llama_bench_args(p: BenchParams) -> list[str]:
         args += ["-lm", ",".join(p.load_mode)]
     if p.repack != [True]:
         args += ["--repack", ",".join(str(int(r)) for r in p.repack)]
+    if p.fixed.get("embeddings", [False]) != [False]:  # (the other fixed fields change nothing on a CPU build)
+        args += ["-embd", ",".join(str(int(e)) for e in p.fixed["embeddings"])]
     if p.no_warmup:
         args.append("--no-warmup")
     if p.progress:
@@ -51,7 +53,8 @@ def row_params(p: BenchParams, inst: Instance) -> BenchParams:
         p, models=[inst.model], n_threads=[inst.n_threads], n_prompt=[pp] if pp and not tg else [],
         n_gen=[tg] if tg and not pp else [], n_pg=[(pp, tg)] if pp and tg else [], n_depth=[inst.n_depth],
         n_batch=[inst.n_batch], n_ubatch=[inst.n_ubatch], cache_types=[(inst.type_k, inst.type_v)],
-        flash_attn=[inst.flash_attn], load_mode=[inst.load_mode], repack=[inst.repack])
+        flash_attn=[inst.flash_attn], load_mode=[inst.load_mode], repack=[inst.repack],
+        fixed={k: [v] for k, v in inst.fixed})
 
 
 def compare_key(d: dict, with_fa: bool = True) -> tuple:

@@ -4,6 +4,7 @@ then every -p, -n, -pg)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -78,6 +79,13 @@ class Instance:
     flash_attn: int = -1  # llama_flash_attn_type: -1 auto (computes as on, as on llama.cpp's CPU backend), 0 off, 1 on
     load_mode: str = "auto"  # -lm: auto / mmap / mlock modes map the file, none / dio read the weights into memory
     repack: bool = True  # --repack: weights repacked at load (llama.cpp's CPU "extra" buffer types), or as stored
+    # llama-bench's fields that change nothing on a CPU build (BenchParams.fixed), and -embd: ((field, value), ...)
+    fixed: tuple = ()
+
+    @property
+    def embeddings(self) -> bool:
+        """-embd 1: every prompt token is an output (llama.cpp's embeddings with no pooling)."""
+        return bool(dict(self.fixed).get("embeddings", False))
 
     @property
     def test_name(self) -> str:
@@ -129,8 +137,8 @@ class BenchParams:
     flash_attn: list[int] = field(default_factory=lambda: [-1])
     load_mode: list[str] = field(default_factory=lambda: ["auto"])  # -lm values, a dimension per model
     repack: list[bool] = field(default_factory=lambda: [True])  # --repack values, a dimension per model
-    # llama-bench's GPU and thread-placement fields, given once: they change nothing on a CPU build but their
-    # values and columns (results.FIXED_FIELDS' names)
+    # llama-bench's GPU and thread-placement fields and -embd: field (results.FIXED_FIELDS' names) -> its values,
+    # each a dimension of the matrix (the same computation again, but -embd's)
     fixed: dict = field(default_factory=dict)
     delay: int = 0  # --delay: seconds to cool off before each test
     reps: int = DEFAULT_REPS
@@ -149,24 +157,31 @@ class BenchParams:
         return list(dict.fromkeys(v for _, v in self.cache_types))
 
 
+# llama-bench's get_cmd_params_instances loops, outermost first (the (type_k, type_v) pairs are its two loops)
+_LOOPS = ("model", "fit_target", "fit_min_ctx", "n_gpu_layers", "n_cpu_moe", "split_mode", "load_mode", "lazy_mode",
+          "main_gpu", "devices", "tensor_split", "tensor_buft_overrides", "no_host", "repack", "embeddings",
+          "no_op_offload", "n_batch", "n_ubatch", "cache_types", "no_kv_offload", "flash_attn", "n_threads",
+          "cpu_mask", "cpu_strict", "n_depth", "poll")
+_INSTANCE_FIELDS = ("model", "load_mode", "repack", "n_batch", "n_ubatch", "flash_attn", "n_threads", "n_depth")
+
+
 def make_instances(p: BenchParams) -> list[Instance]:
-    """llama-bench's get_cmd_params_instances order: model, load mode, repack, n_batch, n_ubatch, type_k, type_v,
-    flash_attn, threads, depth, then each -p (n_gen 0), each -n (n_prompt 0), each -pg; zero-sized tests are
-    skipped."""
+    """llama-bench's get_cmd_params_instances order (_LOOPS), then each -p (n_gen 0), each -n (n_prompt 0), each
+    -pg; zero-sized tests are skipped."""
+    lists = {"model": p.models, "load_mode": p.load_mode, "repack": p.repack, "n_batch": p.n_batch,
+             "n_ubatch": p.n_ubatch, "cache_types": p.cache_types, "flash_attn": p.flash_attn,
+             "n_threads": p.n_threads, "n_depth": p.n_depth}
+    axes = [(name, lists[name] if name in lists else p.fixed.get(name)) for name in _LOOPS]
+    axes = [(name, values) for name, values in axes if values is not None]
     out = []
-    for m, lm, rp in ((m, lm, rp) for m in p.models for lm in p.load_mode for rp in p.repack):
-        for nb in p.n_batch:
-            for nub in p.n_ubatch:
-                for tk, tv in p.cache_types:
-                    for fa in p.flash_attn:
-                        for nt in p.n_threads:
-                            for nd in p.n_depth:
-                                base = dict(model=m, n_depth=nd, n_batch=nb, n_ubatch=nub, type_k=tk, type_v=tv,
-                                            n_threads=nt, flash_attn=fa, load_mode=lm, repack=rp)
-                                out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
-                                out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
-                                out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg
-                                        if (a, b) != (0, 0)]
+    for combo in itertools.product(*(values for _, values in axes)):
+        v = dict(zip((name for name, _ in axes), combo))
+        tk, tv = v["cache_types"]
+        base = dict(**{k: v[k] for k in _INSTANCE_FIELDS}, type_k=tk, type_v=tv,
+                    fixed=tuple((name, v[name]) for name, _ in axes if name in p.fixed))
+        out += [Instance(n_prompt=n, n_gen=0, **base) for n in p.n_prompt if n != 0]
+        out += [Instance(n_prompt=0, n_gen=n, **base) for n in p.n_gen if n != 0]
+        out += [Instance(n_prompt=a, n_gen=b, **base) for a, b in p.n_pg if (a, b) != (0, 0)]
     return out
 
 

@@ -154,7 +154,8 @@ _MD_WIDTHS = {"model": -30, "t/s": 20, "size": 10, "params": 10, "n_gpu_layers":
               "roofline": 8, "vs llama.cpp": 12}
 _MD_NAMES = {"n_threads": "threads", "n_gpu_layers": "ngl", "split_mode": "sm", "flash_attn": "fa",
              "no_kv_offload": "nkvo", "load_mode": "lm", "embeddings": "embd", "no_op_offload": "nopo",
-             "no_host": "noh", "repack": "rpk"}
+             "no_host": "noh", "repack": "rpk", "devices": "dev", "tensor_split": "ts",
+             "tensor_buft_overrides": "ot", "fit_target": "fitt", "fit_min_ctx": "fitc"}
 
 
 def md_width(name: str) -> int:
@@ -191,7 +192,7 @@ class MarkdownPrinter(Printer):
     def header(self, p):
         # llama-bench's markdown_printer: a column for each parameter given other than its default, in its order
         # (a CPU backend hides n_gpu_layers and always shows threads)
-        fixed = {k: v for k, v in p.fixed.items() if v != FIXED_FIELDS[k]}
+        fixed = {k for k, vs in p.fixed.items() if len(vs) > 1 or vs != [FIXED_FIELDS[k]]}
         cols = ["model", "size", "params", "backend"] + [c for c in ("n_cpu_moe",) if c in fixed] + ["n_threads"]
         cols += [c for c in ("cpu_mask", "cpu_strict", "poll") if c in fixed]
         if p.n_batch != DEFAULT_N_BATCH:
@@ -205,12 +206,13 @@ class MarkdownPrinter(Printer):
         cols += [c for c in ("main_gpu", "split_mode", "no_kv_offload") if c in fixed]
         if p.flash_attn != [-1]:  # llama-bench: shown unless the default (auto) alone
             cols.append("flash_attn")
+        cols += [c for c in ("devices", "tensor_split", "tensor_buft_overrides") if c in fixed]
         if p.load_mode != ["auto"]:
             cols.append("load_mode")
         cols += [c for c in ("lazy_mode", "embeddings", "no_op_offload", "no_host") if c in fixed]
         if p.repack != [True]:
             cols.append("repack")
-        cols += [c for c in ("fit_target",) if c in fixed]
+        cols += [c for c in ("fit_target", "fit_min_ctx") if c in fixed]
         cols += ["test", "t/s"]
         if "roofline_pct" in self.extras:
             cols.append("roofline")

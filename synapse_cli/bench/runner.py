@@ -202,11 +202,14 @@ def run_test(ctx, inst: Instance, reps: int, warmup: bool, tokens: TokenSource, 
     """
     name = inst.test_name
     progress.step(idx, count, "starting", name)
+    # -embd 1: every prompt token an output (llama.cpp's embeddings, pooling none), into one buffer as llama.cpp's
+    outputs = {} if not (inst.embeddings and inst.n_prompt) else dict(
+        all_logits=True, out=np.empty((min(inst.n_prompt, inst.n_batch), ctx.model.hparams.n_vocab), np.float32))
     if warmup:  # on the fresh context, as llama-bench (no clear before it)
         if inst.n_prompt > 0:
             progress.step(idx, count, "warmup prompt run", name)
             for batch in tokens.prompt(inst.n_prompt, inst.n_batch):
-                ctx.decode(batch)
+                ctx.decode(batch, **outputs)
         if inst.n_gen > 0:
             progress.step(idx, count, "warmup generation run", name)
             for batch in tokens.gen(1):
@@ -232,7 +235,7 @@ def run_test(ctx, inst: Instance, reps: int, warmup: bool, tokens: TokenSource, 
             progress.step(idx, count, f"generation run {rep + 1}/{reps}", name)
         t0 = clock()
         for batch in prompt:
-            ctx.decode(batch)
+            ctx.decode(batch, **outputs)
         for batch in gen:
             ctx.decode(batch)
         samples.append(clock() - t0)
@@ -366,7 +369,7 @@ def run_bench(p: BenchParams, out: TextIO | None = None, err: TextIO | None = No
             samples = run_test(ctx, inst, p.reps, not p.no_warmup, tokens, prog, idx, len(insts), depth_state,
                                clock, state_key=(inst.model, inst.type_k, inst.type_v, inst.n_ctx, inst.flash_attn))
             del ctx
-            res = make_result(inst, lm, samples, test_time, env, p.fixed)
+            res = make_result(inst, lm, samples, test_time, env, dict(inst.fixed))
             if p.roofline:
                 add_roofline(res, inst, lm, bw.get(inst.n_threads))
             if p.compare:  # llama-bench on the same test, now (compare.py: why per row)

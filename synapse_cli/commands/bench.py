@@ -7,9 +7,11 @@ probe and the roofline column) and `--compare PATH_TO_llama-bench` (run llama-be
 after synapse's run of it, and add a `vs llama.cpp` ratio column). Results go to stdout, progress to stderr.
 The method and the output are described in synapse_cli/bench/ and benchmarks/RESULTS.md.
 
---repack 0|1 and --delay as llama-bench; its GPU and thread-placement parameters (-ngl, -sm, -mg, -nkvo, -nopo,
---no-host, --poll, -C, --cpu-strict, ...) are accepted once each with a note: they change nothing on a CPU build,
-but their values go to the results and their columns to the table as llama-bench shows them.
+--repack 0|1, --delay and -embd 0|1 (embeddings: every prompt token an output, so the output head runs on each, as
+in llama.cpp) as llama-bench; its GPU and thread-placement parameters (-ngl, -sm, -mg, -dev, -ts, -ot, -nkvo, -nopo,
+--no-host, --poll, -C, --cpu-strict, ...) are accepted with a note: they change nothing on a CPU build, but each of
+their values runs the tests again, as llama-bench's loops do, and goes to the results and to the table's columns
+as llama-bench shows them.
 """
 
 from __future__ import annotations
@@ -61,8 +63,41 @@ def available_threads() -> tuple[int, int]:
     return max(1, min(cpus, max_threads)), max_threads
 
 
-# llama-bench's parameters that change nothing on a CPU build: (names, its field, parse), each given once; the value
-# goes to the results' field (and to a markdown column where llama-bench would show one), and a note to stderr
+def _device(v: str) -> str:
+    """-dev: llama-bench's parse_devices_arg on a CPU build, which has no device to pick (the CPU is not one)."""
+    v = v.strip()
+    if v in ("auto", "none"):
+        return v
+    names = [n.strip() for n in v.split("/")]
+    raise ValueError(f"invalid device: {names[0]}" if all(names) else "invalid device specification")
+
+
+def _tensor_split(v: str) -> str:
+    """-ts: proportions split by ';' or '/', printed as llama-bench does (%.2f up to the last non-zero one)."""
+    import re
+
+    parts = [float(x) for x in re.split(r"[;/]+", v) if x != ""]
+    if not parts or len(parts) > 16:
+        raise ValueError(v)
+    last = max([i for i, x in enumerate(parts) if x > 0], default=0)
+    return "/".join("%.2f" % x for x in parts[:last + 1])
+
+
+def _overrides(v: str) -> str:
+    """-ot: `pattern=buffer type` pairs split by ';'; the CPU build's only buffer type is CPU."""
+    if not v:
+        return "none"
+    for pair in v.split(";"):
+        pattern, _, buft = pair.partition("=")
+        if not pattern or buft != "CPU":
+            raise ValueError(f"invalid tensor buffer type override {pair!r} (available buffer types: CPU)")
+    return v
+
+
+# llama-bench's parameters that change nothing on a CPU build, or (-embd) only which rows are outputs: (names, its
+# field, parse). Each value is one more pass of the tests (a dimension of the test matrix, in llama-bench's loop
+# order); it goes to the results' field, and to a markdown column where llama-bench would show one, with a note on
+# stderr
 _BOOL01 = {"0": False, "1": True}
 CPU_IGNORED = {
     ("-ngl", "--n-gpu-layers"): ("n_gpu_layers", int, "no GPU: every layer runs on the CPU"),
@@ -71,6 +106,10 @@ CPU_IGNORED = {
     ("-mg", "--main-gpu"): ("main_gpu", int, "no GPU"),
     ("-nkvo", "--no-kv-offload"): ("no_kv_offload", _BOOL01.__getitem__, "no GPU"),
     ("-nopo", "--no-op-offload"): ("no_op_offload", lambda v: int(_BOOL01[v]), "no GPU"),
+    ("-dev", "--device"): ("devices", _device, "no GPU"),
+    ("-ts", "--tensor-split"): ("tensor_split", _tensor_split, "no GPU"),
+    ("-ot", "--override-tensor"): ("tensor_buft_overrides", _overrides, "every tensor is in CPU memory"),
+    ("-embd", "--embeddings"): ("embeddings", _BOOL01.__getitem__, None),
     ("--no-host",): ("no_host", _BOOL01.__getitem__, "no GPU"),
     ("-fitt", "--fit-target"): ("fit_target", int, "no GPU memory to fit"),
     ("-fitc", "--fit-ctx"): ("fit_min_ctx", int, "no GPU memory to fit"),
@@ -90,16 +129,18 @@ def _cpu_ignored_options(f):
             return
         names = tuple(param.opts)
         field_name, parse, why = CPU_IGNORED[names]
-        vals = _split(values)
-        if len(vals) != 1:
-            raise click.BadParameter("one value (on a CPU build every value would run the same test)", param=param)
-        try:
-            v = parse(vals[0])
-        except (ValueError, KeyError):
-            raise click.BadParameter(f"invalid value {vals[0]!r}", param=param) from None
+        vals = [x.strip() for v in values for x in v.split(",")]  # (an -ot group may be empty: "none")
+        parsed = []
+        for v in vals:
+            try:
+                parsed.append(parse(v))
+            except (ValueError, KeyError) as e:
+                msg = str(e) if isinstance(e, ValueError) and str(e) != v else f"invalid value {v!r}"
+                raise click.BadParameter(msg, param=param) from None
         if field_name is not None:
-            ctx.meta.setdefault("synapse.bench_fixed", {})[field_name] = v
-        click.echo(f"note: {names[0]} is ignored ({why})", err=True)
+            ctx.meta.setdefault("synapse.bench_fixed", {})[field_name] = parsed
+        if why is not None:
+            click.echo(f"note: {names[0]} is ignored ({why})", err=True)
 
     for names in CPU_IGNORED:
         f = click.option(*names, f"cpu_{names[-1].lstrip('-').replace('-', '_')}", multiple=True, hidden=True,
