@@ -37,7 +37,11 @@ GEMM_SHAPE = (1536, 8960)
 SCALE_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
                  "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,),
                  "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,),
-                 "IQ1_M": (), "TQ1_0": (52,), "TQ2_0": (64,), "Q1_0": (0,), "Q2_0": (0,)}
+                 "IQ1_M": (), "TQ1_0": (52,), "TQ2_0": (64,), "Q1_0": (0,), "Q2_0": (0,),
+                 "MXFP4": (), "NVFP4": ()}
+# the FP4 types' one-byte scales (E8M0, UE4M3): bytes of typical trained weights' magnitudes (random ones give many
+# denormal products, whose microcode assists would be what is measured)
+BYTE_SCALES = {"MXFP4": (1, 118, 126), "NVFP4": (4, 0x28, 0x48)}  # (scale bytes at the block's start, low, high)
 
 
 @config.pjit
@@ -78,6 +82,9 @@ def random_weight(tname: str, K: int, N: int, rng) -> np.ndarray:
     raw = rng.integers(0, 256, (N, nb, size), dtype=np.uint8)
     for o in SCALE_OFFSETS[tname]:
         raw[:, :, o:o + 2] = rng.uniform(1e-3, 1e-2, (N, nb, 1)).astype(np.float16).view(np.uint8)
+    if tname in BYTE_SCALES:
+        n, lo, hi = BYTE_SCALES[tname]
+        raw[:, :, :n] = rng.integers(lo, hi, (N, nb, n), dtype=np.uint8)
     return raw.reshape(N, nb * size)
 
 

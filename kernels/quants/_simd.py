@@ -819,6 +819,19 @@ def load16_lo(typingctx, arr, offset):
     return V32I8(arr, offset), codegen
 
 
+def _f16x8(builder, p):
+    """8 fp16 at pointer p -> <8 x float> (exact)."""
+    h = builder.load(builder.bitcast(p, ir.VectorType(ir.HalfType(), 8).as_pointer()), align=1)
+    return builder.fpext(h, V8F32.llvm_type())
+
+
+def _bf16x8(builder, p):
+    """8 bf16 at pointer p -> <8 x float> (exact: the bits moved into the high halves)."""
+    h = builder.load(builder.bitcast(p, ir.VectorType(_i16, 8).as_pointer()), align=1)
+    u = builder.shl(builder.zext(h, V8I32.llvm_type()), ir.Constant(V8I32.llvm_type(), [16] * 8))
+    return builder.bitcast(u, V8F32.llvm_type())
+
+
 @intrinsic
 def load8_f16(typingctx, arr, offset):
     """8 fp16 at byte offset -> <8 x float> (exact)."""
@@ -826,26 +839,24 @@ def load8_f16(typingctx, arr, offset):
         return None
 
     def codegen(context, builder, sig, args):
-        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        h = builder.load(builder.bitcast(p, ir.VectorType(ir.HalfType(), 8).as_pointer()), align=1)
-        return builder.fpext(h, V8F32.llvm_type())
+        return _f16x8(builder, _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1]))
 
     return V8F32(arr, offset), codegen
 
 
 @intrinsic
-def load8_bf16(typingctx, arr, offset):
-    """8 bf16 at byte offset -> <8 x float> (exact: the bits moved into the high halves)."""
+def load8_scales(typingctx, arr, offset, bf16):
+    """8 block scales at byte offset -> <8 x float>: fp16, or bf16 where `bf16` is not None, chosen when the
+    function is compiled (a None argument is a type of its own), so that neither kernel branches on it."""
     if not (_is_array(arr) and isinstance(offset, types.Integer)):
         return None
+    as_bf16 = not isinstance(bf16, (types.NoneType, types.Omitted))
 
     def codegen(context, builder, sig, args):
         p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-        h = builder.load(builder.bitcast(p, ir.VectorType(_i16, 8).as_pointer()), align=1)
-        u = builder.shl(builder.zext(h, V8I32.llvm_type()), ir.Constant(V8I32.llvm_type(), [16] * 8))
-        return builder.bitcast(u, V8F32.llvm_type())
+        return _bf16x8(builder, p) if as_bf16 else _f16x8(builder, p)
 
-    return V8F32(arr, offset), codegen
+    return V8F32(arr, offset, bf16), codegen
 
 
 @intrinsic

@@ -35,7 +35,8 @@ Fast path (AVX2): rows interleaved in groups of 8 at load, so that a 32-byte vec
 one vpshufb + sign-trick vpmaddubsw/vpmaddwd (ggml's mul_sum_i8_pairs; exact: |pair sums| <= 2 * 127 * 127) gives
 one lane of the 8 rows (int32 lane r = row r):
     IQ4_NL group-block (144 bytes): [0:16) the 8 rows' d; [16:144) chunk c = qs bytes 4c..4c+3 of rows 0..7
-        (MXFP4's, kernels/quants/fp4.py, the same with its E8M0 scales as bf16: the kernels' BF16 flag)
+        (MXFP4's, kernels/quants/fp4.py, the same with its E8M0 scales as bf16: the kernels' BF16 argument, None
+        for fp16 scales, so that each kernel is compiled for its kind, _simd.load8_scales)
     IQ4_XS group-super-block (1296 bytes): [0:16) the 8 rows' d; [16:272) sub-block ib's scales ls - 32 at
         16 + 32ib, row r's as two int16 at 4r (vpmaddwd's operand); [272:1296) sub-block ib's 4 chunks at
         272 + 128ib (as IQ4_NL's)
@@ -54,7 +55,7 @@ from . import q32
 from .kquants import TILED_MIN_BATCH
 from ._bits import e8m0_to_f32_half, f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, abs8, add32, and8, bcast16b, bcast4, cvt_f32, dpwssd, fadd, ffma, fmul, lanef, load16x16,
-                    load32, load8_bf16, load8_f16, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16,
+                    load32, load8_f16, load8_scales, load8xf32, lut16, maddubs, sign8, splat16, splat8, splatf, srl16,
                     store32, store8xf32, zero32, zerof)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack
 from .vec_dot_type import q8_0_row, q8_K_row
@@ -263,12 +264,6 @@ def _fma_lanes(d, w, o, qa, oa, lut, m0f, ones, A):
             ffma(d, cvt_f32(_lane(w, o, 7, qa, oa, lut, m0f, ones)), A[7]))
 
 
-@ijit
-def _load_d(w, o, BF16):
-    """The 8 rows' block scales at byte o: fp16 (IQ4_NL), or bf16 (MXFP4's E8M0 scales, exact in bf16)."""
-    return load8_bf16(w, o) if BF16 else load8_f16(w, o)
-
-
 @jit
 def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut, BF16):
     """The 8 rows of the IQ4_NL group at byte go with token t in the lane modes (LANES: tinyBLAS; PAIRS: vec_dot's
@@ -283,7 +278,7 @@ def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut, BF16):
     B = A
     for b in range(nb - nb % 2 if MODE == PAIRS else nb):
         o = go + b * NL_GB
-        d = fmul(splatf(yd[t, b]), _load_d(w, o, BF16))
+        d = fmul(splatf(yd[t, b]), load8_scales(w, o, BF16))
         if MODE == PAIRS and b % 2 == 1:
             B = _fma_lanes(d, w, o + 16, qa, t * K + QK * b, lut, m0f, ones, B)
         else:
@@ -294,7 +289,7 @@ def _rows_nl_lanes(w, go, MODE, qa, t, yd, lut, BF16):
                 fadd(A[5], B[5]), fadd(A[6], B[6]), fadd(A[7], B[7]))
     if nb % 2 == 1:  # vec_dot's odd last block: sumf += d * sumi, not fused
         o = go + (nb - 1) * NL_GB
-        d = fmul(splatf(yd[t, nb - 1]), _load_d(w, o, BF16))
+        d = fmul(splatf(yd[t, nb - 1]), load8_scales(w, o, BF16))
         s = fadd(s, fmul(d, cvt_f32(_sumi(w, o + 16, qa, t * K + QK * (nb - 1), lut, m0f, ones))))
     return s
 
@@ -317,7 +312,7 @@ def _rows_sumi_fma(w, go, qa, t, yd, lut, BF16):
     s = zerof()
     for b in range(K // QK):
         o = go + b * NL_GB
-        s = ffma(cvt_f32(_sumi(w, o + 16, qa, t * K + QK * b, lut, m0f, ones)), fmul(_load_d(w, o, BF16),
+        s = ffma(cvt_f32(_sumi(w, o + 16, qa, t * K + QK * b, lut, m0f, ones)), fmul(load8_scales(w, o, BF16),
                                                                                     splatf(yd[t, b])), s)
     return s
 
@@ -408,7 +403,7 @@ def _gemm_sumi_fma(w, g, t0, t1, qa, yd, BF16, dq, out):
             acc_b = zero32()
             for j in range(8):
                 acc_a, acc_b = _dot_pair(acc_a, acc_b, dq, p, j, qa, t * K + QK * b, u * K + QK * b, ones)
-            dx = _load_d(w, go + b * NL_GB, BF16)
+            dx = load8_scales(w, go + b * NL_GB, BF16)
             sa = ffma(cvt_f32(acc_a), fmul(dx, splatf(yd[t, b])), sa)
             sb = ffma(cvt_f32(acc_b), fmul(dx, splatf(yd[u, b])), sb)
         _store8(out, t, g, sa)
@@ -549,13 +544,13 @@ def _gemv_many(MODE, w0, w1, w2, n_w, x, o0, o1, o2, nt, table, BF16):
 @jit
 def gemv_iq4_nl(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """The fused one-token product of repacked IQ4_NL weights (gemv1's entry signature; pf unused)."""
-    _gemv_many(SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, False)
+    _gemv_many(SUMI_FMA, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, None)
 
 
 @jit
 def gemv_iq4_xs(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
     """The same for IQ4_XS weights."""
-    _gemv_many(XS, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, False)
+    _gemv_many(XS, w0, w1, w2, n_w, x, o0, o1, o2, nt, KVALUES_IQ4NL, None)
 
 
 @pjit
@@ -606,7 +601,7 @@ def _pack_xs(raw, K):
 
 def _run(packed, a, out, mode):
     if HAS_AVX2:
-        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, False, out, work_chunks())
+        _mm_avx2(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, None, out, work_chunks())
     else:
         _mm_scalar(packed[0], mode, a.qs, a.d, KVALUES_IQ4NL, False, out)
 
