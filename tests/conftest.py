@@ -116,6 +116,30 @@ def at_thread_counts(run, counts=(1, 2)) -> list:
         set_num_threads(old)
 
 
+def assert_fused_one_token_products(typ, K, raw, x, ref, sizes=(40, 16, 24)) -> None:
+    """Decoding's fused call (up to 3 weights of rows raw[:n] for n in sizes, one activation conversion, one parallel
+    region: FusedGemv, as for Q/K/V) and matmul_many give each weight the reference's bits ref[:, :n] (ggml's
+    products of one token x (1, K)), at 1 and 2 threads."""
+    import numpy as np
+
+    from kernels.matmul import FusedGemv, Weight, matmul_many
+
+    ws = [Weight(typ, raw[:n].copy(), K, n) for n in sizes]
+    fused = FusedGemv.of(ws)
+    assert fused is not None
+
+    def run():
+        outs = [np.empty((1, n), np.float32) for n in sizes]
+        fused(x.copy(), outs)
+        many = [np.empty((1, n), np.float32) for n in sizes]
+        matmul_many(ws, x.copy(), many)
+        return outs + many
+
+    for outs in at_thread_counts(run, (1, 2)):
+        for o, n in zip(outs, sizes + sizes):
+            assert np.array_equal(o.view(np.uint32), ref[:, :n].view(np.uint32))
+
+
 def write_vocab_gguf(path: Path, kv: dict) -> str:
     """A GGUF file (architecture llama) with the metadata `kv` and no tensors: str values as strings, lists
     as arrays (ints as int32, strings as strings). Returns the path as str."""

@@ -111,24 +111,8 @@ def test_dequantize_equals_gguf_py(typ):
 def test_fused_one_token_products_equal_ggml(typ):
     """Decoding's fused call (up to 3 weights, one activation conversion, one parallel region: FusedGemv, as for
     Q/K/V) gives each weight ggml's bits, at 1 and 2 threads."""
-    from conftest import at_thread_counts
-
-    from kernels.matmul import FusedGemv, matmul_many
+    from conftest import assert_fused_one_token_products
 
     typ_, repacked, K, N, T, raw, x, ref = next(c for c in CASES if c[0] == typ and c[4] == 1 and c[3] == 40
                                                  and (c[1] or typ == GGMLType.IQ4_XS))
-    sizes = (40, 16, 24)
-    ws = [Weight(typ, raw[:n].copy(), K, n) for n in sizes]
-    fused = FusedGemv.of(ws)
-    assert fused is not None
-
-    def run():
-        outs = [np.empty((1, n), np.float32) for n in sizes]
-        fused(x.copy(), outs)
-        many = [np.empty((1, n), np.float32) for n in sizes]
-        matmul_many(ws, x.copy(), many)
-        return outs + many
-
-    for outs in at_thread_counts(run, (1, 2)):
-        for o, n in zip(outs, sizes + sizes):
-            assert _same_bits(o, ref[:, :n])
+    assert_fused_one_token_products(typ, K, raw, x, ref)
