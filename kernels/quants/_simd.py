@@ -32,6 +32,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from .. import config  # (first: NUMBA_CACHE_DIR before numba)
+import numpy as np  # noqa: E402
 from numba import types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic, models, register_model  # noqa: E402
@@ -584,6 +585,44 @@ def shuffle16(typingctx, v, idx):
         return builder.bitcast(b, V16I16.llvm_type())
 
     return V16I16(v, idx), codegen
+
+
+# shuffle16's indices making every lane of a half its word k, k = 0..7 (WORD_SPLAT[32k:32k+32]: a table, no mask
+# computed per sub-block)
+WORD_SPLAT = np.array([[2 * k, 2 * k + 1] * 16 for k in range(8)], np.uint8).reshape(-1)
+
+
+@intrinsic
+def nibble_scales(typingctx, arr, offset, paired):
+    """The 16 scales 2 ls + 1 of an IQ2_S (paired False) or IQ3_S (paired True, a literal) super-block from its
+    4-bit ls at `offset`, word ib of each half for sub-block ib (shuffle16 with WORD_SPLAT[32ib:]), as ggml's AVX2
+    kernels build them once per super-block. IQ2_S: 8 bytes, the low nibbles the low halves' (weights 0..15), the
+    high nibbles the high halves'. IQ3_S: 4 bytes, sub-block ib's in byte ib // 2, nibble ib % 2, for both halves."""
+    if not (_is_array(arr) and isinstance(offset, types.Integer) and isinstance(paired, types.BooleanLiteral)):
+        return None
+    is_paired = paired.literal_value
+
+    def codegen(context, builder, sig, args):
+        p = _byte_ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        b16 = ir.VectorType(_i8, 16)
+        if is_paired:
+            w = builder.load(builder.bitcast(p, _i32.as_pointer()), align=1)
+            lo = builder.and_(w, ir.Constant(_i32, 0x0F0F0F0F))
+            hi = builder.and_(builder.lshr(w, ir.Constant(_i32, 4)), ir.Constant(_i32, 0x0F0F0F0F))
+            b4 = ir.VectorType(_i8, 4)
+            both = builder.shuffle_vector(builder.bitcast(lo, b4), builder.bitcast(hi, b4),
+                                          ir.Constant(ir.VectorType(_i32, 8), [0, 4, 1, 5, 2, 6, 3, 7]))
+            v = builder.shuffle_vector(both, both, ir.Constant(ir.VectorType(_i32, 16), list(range(8)) * 2))
+        else:
+            w = builder.load(builder.bitcast(p, _i64.as_pointer()), align=1)
+            q = ir.VectorType(_i64, 2)
+            v = builder.insert_element(ir.Constant(q, None), w, ir.Constant(_i32, 0))
+            v = builder.insert_element(v, builder.lshr(w, ir.Constant(_i64, 4)), ir.Constant(_i32, 1))
+            v = builder.and_(builder.bitcast(v, b16), ir.Constant(b16, [15] * 16))
+        v = builder.add(builder.shl(v, ir.Constant(b16, [1] * 16)), ir.Constant(b16, [1] * 16))
+        return builder.sext(v, V16I16.llvm_type())
+
+    return V16I16(arr, offset, paired), codegen
 
 
 @intrinsic

@@ -48,7 +48,7 @@ from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add16, add32, and32, bytes16, bytes_to_qwords, cvt_f32, dpwssd,
                     entries4, ffma, halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32,
                     load_u32, maddubs, mul32, or8, pdep64, sign8, sll16i, splat16, splat32, splat8, splatf, sra32,
-                    store32, store8x32, shuffle16, sub32, xor32, zero16, zero32, zerof)
+                    store32, store8x32, shuffle16, sub32, WORD_SPLAT, xor32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 QK = 32
@@ -58,8 +58,6 @@ TYPES = (IQ1_S, IQ1_M)
 GRID = IQ1S_GRID  # (2048 * 8,) uint8: int8 -1, 0, 1
 DELTA_SIGNS = np.array([1] * 8 + [0xFF] * 8, np.uint8)  # entries4's table: entry 0 = eight +1, entry 1 = eight -1
 DELTA = np.float32(0.125)  # IQ1S_DELTA, IQ1M_DELTA
-# shuffle16's indices making every lane of a half its word k, k = 0..7 (a table: no mask computed per sub-block)
-WORD_SPLAT = np.array([[2 * k, 2 * k + 1] * 16 for k in range(8)], np.uint8).reshape(-1)
 
 
 @ijit

@@ -47,9 +47,9 @@ from .iq4 import hsum_float_8
 from .iq_tables import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KEVEN_SIGNS, KSIGNS
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
-from ._simd import (HAS_AVX2, HAS_BMI2, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef, load16x16,
-                    load32, load8x32, load_u32, maddubs, mul32, pdep64, sign8, sign_bytes, splat32, splat8, splatf,
-                    store16x16, store32, store8x32, sub32, zero32, zerof)
+from ._simd import (HAS_AVX2, HAS_BMI2, WORD_SPLAT, cvt_f32, dpwssd, entries4, entries8, ffma, halves16, hsum32, lanef,
+                    load16x16, load32, load8x32, load_u32, maddubs, mul32, nibble_scales, pdep64, shuffle16, sign8,
+                    sign_bytes, splat32, splat8, splatf, store16x16, store32, store8x32, sub32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
 
 QK = 32
@@ -273,16 +273,30 @@ def _magnitudes(row, o, TYPE, ib, grid):
 
 
 @ijit
-def _scales16(row, o, TYPE, ib):
-    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above."""
+def _all_scales(row, o, TYPE):
+    """IQ2_S, IQ3_S: the super-block's 16 scales 2 ls + 1 in one vector (nibble_scales, as ggml's AVX2 kernels
+    make them once per super-block); the other types: unused."""
+    if TYPE == IQ2_S:
+        return nibble_scales(row, o + 74, False)
+    if TYPE == IQ3_S:
+        return nibble_scales(row, o + 106, True)
+    return zero16()
+
+
+@ijit
+def _scales16(row, o, TYPE, ib, sc):
+    """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above (IQ2_S,
+    IQ3_S: shuffled out of the super-block's _all_scales sc)."""
+    if TYPE == IQ2_S or TYPE == IQ3_S:
+        return shuffle16(sc, load32(WORD_SPLAT, 32 * ib))
     return halves16(2 * _ls(row, o, TYPE, ib, 0) + 1, 2 * _ls(row, o, TYPE, ib, 1) + 1)
 
 
 @ijit
-def _sub_lanes(row, o, TYPE, ib, grid, qa, oa, acc):
+def _sub_lanes(row, o, TYPE, ib, grid, qa, oa, sc, acc):
     """acc + the scaled lanes of sub-block ib with the 32 activations at byte oa of qa."""
     sa = sign8(load32(qa, oa), _sign_vec(row, o, TYPE, ib))
-    return dpwssd(acc, maddubs(_magnitudes(row, o, TYPE, ib, grid), sa), _scales16(row, o, TYPE, ib))
+    return dpwssd(acc, maddubs(_magnitudes(row, o, TYPE, ib, grid), sa), _scales16(row, o, TYPE, ib, sc))
 
 
 @ijit
@@ -316,8 +330,9 @@ def _row_one(row, TYPE, MODE, grid, qa, t, yd):
     for sb in range(K // QK_K):
         o = sb * BYTES
         acc = zero32()
+        sc = _all_scales(row, o, TYPE)
         for ib in range(8):
-            acc = _sub_lanes(row, o, TYPE, ib, grid, qa, t * K + QK_K * sb + QK * ib, acc)
+            acc = _sub_lanes(row, o, TYPE, ib, grid, qa, t * K + QK_K * sb + QK * ib, sc, acc)
         A, s = _step(TYPE, MODE, f16_to_f32(read_u16(row, o)), yd[t, sb], acc, A, s)
     return _finish(TYPE, MODE, A, s)
 
@@ -333,10 +348,11 @@ def _decode_row(row, TYPE, grid, K, dq, corr, dx):
         o = sb * BYTES
         dx[sb] = f16_to_f32(read_u16(row, o))
         c = zero32()
+        sc = _all_scales(row, o, TYPE)
         for ib in range(8):
             p = 64 * (8 * sb + ib)
             w = sign8(_magnitudes(row, o, TYPE, ib, grid), _sign_vec(row, o, TYPE, ib))
-            scales = _scales16(row, o, TYPE, ib)
+            scales = _scales16(row, o, TYPE, ib, sc)
             store32(dq, p, w)
             store16x16(dq, p + 32, scales)
             c = dpwssd(c, maddubs(ones, w), scales)
