@@ -274,8 +274,10 @@ def _magnitudes(row, o, TYPE, ib, grid):
 
 @ijit
 def _all_scales(row, o, TYPE):
-    """IQ2_S, IQ3_S: the super-block's 16 scales 2 ls + 1 in one vector (nibble_scales, as ggml's AVX2 kernels
-    make them once per super-block); the other types: unused."""
+    """IQ2_XS, IQ2_S, IQ3_S: the super-block's 16 scales 2 ls + 1 in one vector (nibble_scales, as ggml's AVX2
+    kernels make them once per super-block; IQ2_XS's nibbles are laid out as IQ2_S's); the others: unused."""
+    if TYPE == IQ2_XS:
+        return nibble_scales(row, o + 66, False)
     if TYPE == IQ2_S:
         return nibble_scales(row, o + 74, False)
     if TYPE == IQ3_S:
@@ -286,8 +288,8 @@ def _all_scales(row, o, TYPE):
 @ijit
 def _scales16(row, o, TYPE, ib, sc):
     """Sub-block ib's 2 ls + 1 for vpmaddwd: the low 16 weights' in the low lanes, the high ones' above (IQ2_S,
-    IQ3_S: shuffled out of the super-block's _all_scales sc)."""
-    if TYPE == IQ2_S or TYPE == IQ3_S:
+    IQ3_S, IQ2_XS: shuffled out of the super-block's _all_scales sc)."""
+    if TYPE == IQ2_XS or TYPE == IQ2_S or TYPE == IQ3_S:
         return shuffle16(sc, load32(WORD_SPLAT, 32 * ib))
     return halves16(2 * _ls(row, o, TYPE, ib, 0) + 1, 2 * _ls(row, o, TYPE, ib, 1) + 1)
 
