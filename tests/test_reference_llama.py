@@ -145,12 +145,11 @@ def _log_args(stem: str) -> list[str]:
 @pytest.mark.parametrize("log", EVALCB, ids=lambda p: p.stem)
 def test_requantized_tiny_trace_diff_is_clean(log):
     """`synapse eval-callback diff --model M --prompt P LOG` against llama-eval-callback of the same tiny model
-    re-quantized (or re-written with fused Q/K/V or weight scales: tests/reference/harness): same graph, every tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four
-    micro-batches, the first three without outputs; `__nr`: -nr (no weight repacked);
-    `__license400__fa`: -fa on and 141 tokens, ggml's tiled
-    flash-attention kernel; `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with
-    llama.cpp's Hadamard rotations of Q/K/V and the output, and no printed values); `__nofa__ctk-A__ctv-B`: the
-    same with -fa off (a K type of its own: kq is that type's product); `__rope-<name>`: the
+    re-quantized (or re-written with fused Q/K/V or weight scales: tests/reference/harness): same graph, every
+    tensor within 1e-4 (exit 0). `__ub8`: -ub 8, four micro-batches, the first three without outputs; `__nr`: -nr
+    (no weight repacked); `__license400__fa`: -fa on and 141 tokens, ggml's tiled flash-attention kernel;
+    `__fa__ctk-A__ctv-B`: -fa on with those KV cache types (quantized ones with llama.cpp's Hadamard rotations of
+    Q/K/V and the output, and no printed values); `__nofa__ctk-A__ctv-B`: the same with -fa off (a K type of its own: kq is that type's product); `__rope-<name>`: the
     --rope-*/--yarn-* flags of ROPE_FLAGS (llama, qwen2 and mistral3's own YaRN); `__cvec-<name>`: the control
     vectors of CVEC_FLAGS; `__lora-<name>`: the LoRA adapters of LORA_FLAGS (their products' nodes); made with -fa
     off otherwise."""
