@@ -308,7 +308,7 @@ class TracedGraphOps(GraphOps):
             before = x.copy()
             fwht_rows(x, n_rot)
             src = f"Qcur_attn_temp_scaled-{il}" if temp_scaled is not None else f"{which}-{il}"
-            self.g.rotation(src, before, x, n_rot, rot_name)
+            self.g.rotation(src, before, x, n_rot, rot_name, cont=which == "Vcur" and self.g.v_cont)
 
     def _fused_qkv(self, il, L, cur, q, k, v, q_r, k_r):
         """build_qkv with a fused attn_qkv weight: one MUL_MAT ("wqkv"; its scale's MUL), its bias ADD ("wqkv_b";

@@ -41,13 +41,15 @@ class GraphTrace:
         self.n += 1
         return name
 
-    def rotation(self, src_name, before, after, n, rot_name) -> str:
-        """llama_mul_mat_hadamard: RESHAPE to rows of n, MUL_MAT by the Hadamard input (computed as ggml's fast
-        transform), RESHAPE back; the result is named " (reshaped)" (ggml's name of a reshaped unnamed node)."""
+    def rotation(self, src_name, before, after, n, rot_name, cont=False) -> str:
+        """llama_mul_mat_hadamard: RESHAPE to rows of n (CONT, of a non-contiguous VIEW: a fused QKV product's V),
+        MUL_MAT by the Hadamard input (computed as ggml's fast transform), RESHAPE back; the result is named
+        " (reshaped)" (ggml's name of a reshaped unnamed node)."""
         rows = before.size // n
         flat = before.reshape(rows, n)
-        self.node(f"{src_name} (reshaped)", "RESHAPE", flat, [(src_name, ne_of(before))])
-        rot = self.node(None, "MUL_MAT", after.reshape(rows, n), [(rot_name, (n, n, 1, 1)), (f"{src_name} (reshaped)", (n, rows, 1, 1))])
+        rows_name = self.node(f"{src_name} ({'cont' if cont else 'reshaped'})", "CONT" if cont else "RESHAPE", flat,
+                              [(src_name, ne_of(before))])
+        rot = self.node(None, "MUL_MAT", after.reshape(rows, n), [(rot_name, (n, n, 1, 1)), (rows_name, (n, rows, 1, 1))])
         return self.node(" (reshaped)", "RESHAPE", after, [(rot, (n, rows, 1, 1))])
 
     # --- input and norms ---------------------------------------------------------------------
