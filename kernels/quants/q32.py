@@ -446,8 +446,15 @@ PASS_BYTES = 1 << 20  # activations of one pass (tokens x K bytes) at most this,
 
 @jit
 def pass_tokens(T, K):
-    """Tokens per pass of a work item: all T, or the even count whose activations fit PASS_BYTES."""
-    return min(T, max(2, PASS_BYTES // K // 2 * 2))
+    """Tokens per pass of a work item: all T, or T in passes of even and near-equal counts whose activations fit
+    PASS_BYTES (equal passes: kernels that split their passes between threads stay balanced; 116 + 12 tokens
+    left one of two threads idle most of the time)."""
+    tp = max(2, PASS_BYTES // K // 2 * 2)
+    if T <= tp:
+        return T
+    n_pass = (T + tp - 1) // tp
+    tp = (T + n_pass - 1) // n_pass
+    return tp + (tp & 1)
 
 
 @jit
