@@ -232,3 +232,33 @@ def test_trits8_is_the_top_base3_digit_of_every_byte():
     out = np.empty(256, np.uint8)
     digits(v, out)
     assert np.array_equal(out, (v.astype(np.int32) * 3 >> 8).astype(np.uint8))
+
+
+@pytest.mark.parametrize("typ", [GGMLType.IQ2_XXS, GGMLType.IQ3_S, GGMLType.IQ1_S, GGMLType.IQ1_M, GGMLType.TQ1_0],
+                         ids=lambda t: t.name)
+def test_long_prompts_equal_single_tokens(typ):
+    """A prompt longer than a work item's pass of tokens (q32.pass_tokens: several passes, the last one odd), with
+    a row count that leaves a last work item of one row (the batch kernels' items hold iq_grid.ROW_GROUP rows):
+    the default order gives every row the single-token bits (which the cases above show to be ggml's), llama.cpp's
+    the portable kernels' (its tiled matmul's float order), at 1 and 2 threads."""
+    from kernels.quants.q32 import pass_tokens
+
+    _, K, N, _, raw, _, _ = next(c for c in CASES if c[0] == typ and c[1] == 1280 and c[2] % iq_grid.ROW_GROUP == 1)
+    w = Weight(typ, raw.copy(), K, N)
+    T = 3 * pass_tokens(10 ** 6, K) + 1
+    x = np.random.default_rng(7).normal(0, 0.5, (T, K)).astype(np.float32)
+    portable = np.empty((T, N), np.float32)
+    _portable(typ, raw, quantize_activations(get_format(typ).vec_dot_type, x), portable)
+
+    def run():
+        single = np.empty((T, N), np.float32)
+        for t in range(T):
+            matmul(w, x[t:t + 1].copy(), single[t:t + 1])
+        batch, llama = np.empty((T, N), np.float32), np.empty((T, N), np.float32)
+        matmul(w, x.copy(), batch)
+        matmul(w, x.copy(), llama, Order.LLAMA)
+        return single, batch, llama
+
+    for single, batch, llama in at_thread_counts(run, (1, 2)):
+        assert np.isfinite(single).all()
+        assert _same_bits(batch, single) and _same_bits(llama, portable)

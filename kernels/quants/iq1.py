@@ -41,12 +41,12 @@ from ..fp16 import fma_f32
 from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
-from .iq_grid import TILED, VEC, biased, hsum8v
+from .iq_grid import ROW_GROUP, TILED, VEC, biased, hsum8v
 from .iq_tables import IQ1S_GRID
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, HAS_BMI2, abs8, add16, add32, and32, bytes16, bytes_to_qwords, cvt_f32, dpwssd,
-                    entries4, ffma, halves16, hsum32, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32,
+                    entries4, ffma, halves16, hsum32, hsum32x4, iq1m_scales, load16x16, load32, load8_i16_as_i32, load8x32,
                     load_u32, maddubs, mul32, or8, pdep64, sign8, sll16i, splat16, splat32, splat8, splatf, sra32,
                     store32, store8x32, shuffle16, sub32, WORD_SPLAT, xor32, zero16, zero32, zerof)
 from .base import BlockFormat, register_as_stored
@@ -238,18 +238,30 @@ def _all_scales(row, o, TYPE):
 
 
 @ijit
+def _delta_scales(row, sb):
+    """IQ1_S: super-block sb's 8 sub-blocks' delta scales +-(2 ls + 1), the sign the delta's, as int32 lanes."""
+    h = load8_i16_as_i32(row, _bytes(IQ1_S) * sb + 34)  # the 8 qh words, sign-extended: bit 15 -> the int32 sign
+    ls = and32(sra32(h, 12), splat32(7))
+    ls = add32(add32(ls, ls), splat32(1))
+    neg = sra32(h, 31)
+    return sub32(xor32(ls, neg), neg)
+
+
+@ijit
+def _bsums16(bsums, t, sb):
+    """Token t's 16 bsums (int16 sums of 16 activations) of super-block sb."""
+    return load16x16(bsums, 2 * (t * bsums.shape[1] + 16 * sb))
+
+
+@ijit
 def _delta_sum(row, TYPE, bsums, t, sb):
     """IQ1_S: super-block sb's delta-sign sum with token t, (2 ls + 1) * sign * (the sub-block's two bsums) over
     its sub-blocks: ggml's scalar sumi1, here in vectors (IQ1_S needs only this total, never its lanes). IQ1_M: 0
     (its delta lanes are vectors)."""
     if TYPE == IQ1_M:
         return np.int32(0)
-    h = load8_i16_as_i32(row, _bytes(TYPE) * sb + 34)  # the 8 qh words, sign-extended: bit 15 -> the int32 sign
-    ls = and32(sra32(h, 12), splat32(7))
-    ls = add32(add32(ls, ls), splat32(1))
-    neg = sra32(h, 31)
-    bs = dpwssd(zero32(), load16x16(bsums, 2 * (t * bsums.shape[1] + 16 * sb)), splat16(1))  # per sub-block
-    return hsum32(mul32(bs, sub32(xor32(ls, neg), neg)))
+    bs = dpwssd(zero32(), _bsums16(bsums, t, sb), splat16(1))  # per sub-block
+    return hsum32(mul32(bs, _delta_scales(row, sb)))
 
 
 @ijit
@@ -303,24 +315,27 @@ def _row_one(row, TYPE, MODE, qa, t, yd, bsums):
 
 
 @ijit
-def _decode_row(row, TYPE, K, dq, corr, dx):
+def _decode_row(row, TYPE, K, dq, corr, dx, r):
     """The row's sub-block b into dq at 64b: its grid values times their scales 2 ls + 1, then its delta signs
     times theirs (bytes in -15..15: vpsignb of the scale bytes by the +-1/0 values); per super-block the lanes' bias
     corrections into corr (64 bytes each: 128 * the lane sums of the scaled grid values, then of the scaled delta
-    signs, which the biased activations add) and its d into dx. (IQ1_S's delta signs and their correction are left
-    unused: its delta sum comes from the bsums, _delta_sum.)"""
+    signs, which the biased activations add) and its d into dx. IQ1_S keeps no delta signs: its delta sum comes
+    from the bsums, and corr's second half holds its delta scales as int16 pairs, one per bsum (_delta_scales: the
+    value in both halves of each int32 lane, for vpmaddwd with the 16 bsums). r: the row's slot in the buffers
+    (_slots)."""
     BYTES = _bytes(TYPE)
+    pq, pc, px = _slots(K, r)
     ones = splat8(1)
     ones16 = splat16(1)
     b128 = splat32(128)
     for sb in range(K // QK_K):
         o = sb * BYTES
-        dx[sb] = _d(row, o, TYPE)
+        dx[px + sb] = _d(row, o, TYPE)
         cg = zero32()
         cd = zero32()
         sc = _all_scales(row, o, TYPE)
         for ib in range(8):
-            p = 64 * (8 * sb + ib)
+            p = pq + 64 * (8 * sb + ib)
             scales = _scales16(row, o, TYPE, ib, sc)  # (values <= 15: the same byte in both halves of each word)
             sbytes = or8(bytes16(scales), bytes16(sll16i(scales, 8)))
             g = sign8(sbytes, _grid32(row, o, TYPE, ib))
@@ -330,79 +345,93 @@ def _decode_row(row, TYPE, K, dq, corr, dx):
                 delta = sign8(sbytes, _delta32(row, o, TYPE, ib))
                 store32(dq, p + 32, delta)
                 cd = dpwssd(cd, maddubs(ones, delta), ones16)
-        store8x32(corr, 64 * sb, mul32(cg, b128))
-        store8x32(corr, 64 * sb + 32, mul32(cd, b128))
+        store8x32(corr, pc + 64 * sb, mul32(cg, b128))
+        if TYPE == IQ1_M:
+            store8x32(corr, pc + 64 * sb + 32, mul32(cd, b128))
+        else:
+            ds = _delta_scales(row, sb)
+            store8x32(corr, pc + 64 * sb + 32, add32(and32(ds, splat32(0xFFFF)), mul32(ds, splat32(1 << 16))))
 
 
 @ijit
-def _row_tokens(row, dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, t1, n, out):
-    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
-    sub-block loaded once for the four. qb: the activations + 128 (unsigned), the +128's share subtracted per
-    super-block (corr). The vpmaddubsw pair sums of four sub-blocks are added in int16 before one vpmaddwd by ones
-    (|sum| <= 4 * 2 * 255 * 15 < 2^15: exact, the same lanes as ggml's per-sub-block vpmaddwd by the scales)."""
+def _slots(K, r):
+    """Byte offsets of slot r (a row of the item) in the decoded-rows buffer dq and in corr, its index in dx."""
+    return 2 * K * r, K // QK_K * 64 * r, K // QK_K * r
+
+
+@ijit
+def _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, bsums, t, t1, n, out):
+    """The row decoded in slot r with tokens t..t+3 (past t1 - 1: t1 - 1 again): each decoded sub-block loaded
+    once for the four. qb: the activations + 128 (unsigned), the +128's share subtracted per super-block (corr).
+    The vpmaddubsw pair sums of four sub-blocks are added in int16 before one vpmaddwd by ones (|sum| <= 4 * 2 *
+    255 * 15 < 2^15: exact, the same lanes as ggml's per-sub-block vpmaddwd by the scales)."""
     K = qb.shape[1]
+    pq, pc, px = _slots(K, r)
     ones = splat16(1)
-    for t in range(t0, t1, 4):
-        u = min(t + 1, t1 - 1)
-        v = min(t + 2, t1 - 1)
-        x = min(t + 3, t1 - 1)
-        z = zerof()
-        A0, A1, A2, A3 = z, z, z, z
-        B0, B1, B2, B3 = z, z, z, z
-        s0 = s1 = s2 = s3 = np.float32(0)
-        for s in range(K // QK_K):
-            g0 = zero32()
-            g1 = zero32()
-            g2 = zero32()
-            g3 = zero32()
-            d0 = zero32()
-            d1 = zero32()
-            d2 = zero32()
-            d3 = zero32()
-            for h in range(2):
-                z16 = zero16()
-                e0, e1, e2, e3 = z16, z16, z16, z16
-                f0, f1, f2, f3 = z16, z16, z16, z16
-                for ib in range(4 * h, 4 * h + 4):
-                    b = 8 * s + ib
-                    g = load32(dq, 64 * b)
-                    q0 = load32(qb, t * K + QK * b)
-                    q1 = load32(qb, u * K + QK * b)
-                    q2 = load32(qb, v * K + QK * b)
-                    q3 = load32(qb, x * K + QK * b)
-                    e0 = add16(e0, maddubs(q0, g))
-                    e1 = add16(e1, maddubs(q1, g))
-                    e2 = add16(e2, maddubs(q2, g))
-                    e3 = add16(e3, maddubs(q3, g))
-                    if TYPE == IQ1_M:
-                        delta = load32(dq, 64 * b + 32)
-                        f0 = add16(f0, maddubs(q0, delta))
-                        f1 = add16(f1, maddubs(q1, delta))
-                        f2 = add16(f2, maddubs(q2, delta))
-                        f3 = add16(f3, maddubs(q3, delta))
-                g0 = dpwssd(g0, e0, ones)
-                g1 = dpwssd(g1, e1, ones)
-                g2 = dpwssd(g2, e2, ones)
-                g3 = dpwssd(g3, e3, ones)
+    u = min(t + 1, t1 - 1)
+    v = min(t + 2, t1 - 1)
+    x = min(t + 3, t1 - 1)
+    z = zerof()
+    A0, A1, A2, A3 = z, z, z, z
+    B0, B1, B2, B3 = z, z, z, z
+    s0 = s1 = s2 = s3 = np.float32(0)
+    for s in range(K // QK_K):
+        g0 = zero32()
+        g1 = zero32()
+        g2 = zero32()
+        g3 = zero32()
+        d0 = zero32()
+        d1 = zero32()
+        d2 = zero32()
+        d3 = zero32()
+        for h in range(2):
+            z16 = zero16()
+            e0, e1, e2, e3 = z16, z16, z16, z16
+            f0, f1, f2, f3 = z16, z16, z16, z16
+            for ib in range(4 * h, 4 * h + 4):
+                b = 8 * s + ib
+                g = load32(dq, pq + 64 * b)
+                q0 = load32(qb, t * K + QK * b)
+                q1 = load32(qb, u * K + QK * b)
+                q2 = load32(qb, v * K + QK * b)
+                q3 = load32(qb, x * K + QK * b)
+                e0 = add16(e0, maddubs(q0, g))
+                e1 = add16(e1, maddubs(q1, g))
+                e2 = add16(e2, maddubs(q2, g))
+                e3 = add16(e3, maddubs(q3, g))
                 if TYPE == IQ1_M:
-                    d0 = dpwssd(d0, f0, ones)
-                    d1 = dpwssd(d1, f1, ones)
-                    d2 = dpwssd(d2, f2, ones)
-                    d3 = dpwssd(d3, f3, ones)
-            cg = load8x32(corr, 64 * s)  # (IQ1_S: its bytes 32.. unused)
-            cd = load8x32(corr, 64 * s + 32)
-            A0, B0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(g0, cg), sub32(d0, cd),
-                               _delta_sum(row, TYPE, bsums, t, s), A0, B0, s0)
-            A1, B1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(g1, cg), sub32(d1, cd),
-                               _delta_sum(row, TYPE, bsums, u, s), A1, B1, s1)
-            A2, B2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(g2, cg), sub32(d2, cd),
-                               _delta_sum(row, TYPE, bsums, v, s), A2, B2, s2)
-            A3, B3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(g3, cg), sub32(d3, cd),
-                               _delta_sum(row, TYPE, bsums, x, s), A3, B3, s3)
-        out[t, n] = _finish(TYPE, MODE, A0, B0, s0)
-        out[u, n] = _finish(TYPE, MODE, A1, B1, s1)
-        out[v, n] = _finish(TYPE, MODE, A2, B2, s2)
-        out[x, n] = _finish(TYPE, MODE, A3, B3, s3)
+                    delta = load32(dq, pq + 64 * b + 32)
+                    f0 = add16(f0, maddubs(q0, delta))
+                    f1 = add16(f1, maddubs(q1, delta))
+                    f2 = add16(f2, maddubs(q2, delta))
+                    f3 = add16(f3, maddubs(q3, delta))
+            g0 = dpwssd(g0, e0, ones)
+            g1 = dpwssd(g1, e1, ones)
+            g2 = dpwssd(g2, e2, ones)
+            g3 = dpwssd(g3, e3, ones)
+            if TYPE == IQ1_M:
+                d0 = dpwssd(d0, f0, ones)
+                d1 = dpwssd(d1, f1, ones)
+                d2 = dpwssd(d2, f2, ones)
+                d3 = dpwssd(d3, f3, ones)
+        cg = load8x32(corr, pc + 64 * s)
+        cd = load8x32(corr, pc + 64 * s + 32)
+        if TYPE == IQ1_S:  # the four tokens' delta sums n (exact integers) with one set of shuffles
+            ds = load16x16(corr, pc + 64 * s + 32)
+            n0, n1, n2, n3 = hsum32x4(dpwssd(zero32(), _bsums16(bsums, t, s), ds),
+                                      dpwssd(zero32(), _bsums16(bsums, u, s), ds),
+                                      dpwssd(zero32(), _bsums16(bsums, v, s), ds),
+                                      dpwssd(zero32(), _bsums16(bsums, x, s), ds))
+        else:
+            n0 = n1 = n2 = n3 = np.float32(0)
+        A0, B0, s0 = _step(TYPE, MODE, dx[px + s], yd[t, s], sub32(g0, cg), sub32(d0, cd), n0, A0, B0, s0)
+        A1, B1, s1 = _step(TYPE, MODE, dx[px + s], yd[u, s], sub32(g1, cg), sub32(d1, cd), n1, A1, B1, s1)
+        A2, B2, s2 = _step(TYPE, MODE, dx[px + s], yd[v, s], sub32(g2, cg), sub32(d2, cd), n2, A2, B2, s2)
+        A3, B3, s3 = _step(TYPE, MODE, dx[px + s], yd[x, s], sub32(g3, cg), sub32(d3, cd), n3, A3, B3, s3)
+    out[t, n] = _finish(TYPE, MODE, A0, B0, s0)
+    out[u, n] = _finish(TYPE, MODE, A1, B1, s1)
+    out[v, n] = _finish(TYPE, MODE, A2, B2, s2)
+    out[x, n] = _finish(TYPE, MODE, A3, B3, s3)
 
 
 def _mm_avx2_of(TYPE: int):
@@ -411,8 +440,8 @@ def _mm_avx2_of(TYPE: int):
     @pjit
     def mm(raw, MODE, qa, yd, bsums, out, nt):
         """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token:
-        rows straight from their blocks; a batch: work items of one row x one pass of tokens (passes outermost),
-        each row decoded once per item."""
+        rows straight from their blocks; a batch: work items of ROW_GROUP rows x one pass of tokens (passes outermost),
+        each row decoded once per item, then four tokens at a time with each of its rows."""
         T, K = qa.shape
         N = raw.shape[0]
         if T == 1:
@@ -423,16 +452,22 @@ def _mm_avx2_of(TYPE: int):
         qb = biased(qa)
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
-        n_items = N * n_pass
+        n_groups = (N + ROW_GROUP - 1) // ROW_GROUP
+        n_items = n_groups * n_pass
         for c in prange(nt):
-            dq = np.empty(2 * K, np.uint8)
-            corr = np.empty(K // QK_K * 64, np.uint8)
-            dx = np.empty(K // QK_K, np.float32)
+            dq = np.empty(ROW_GROUP * 2 * K, np.uint8)
+            corr = np.empty(ROW_GROUP * K // QK_K * 64, np.uint8)
+            dx = np.empty(ROW_GROUP * K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
-                n = item % N
-                t0 = (item // N) * tp
-                _decode_row(raw[n], TYPE, K, dq, corr, dx)
-                _row_tokens(raw[n], dq, corr, dx, TYPE, MODE, qb, yd, bsums, t0, min(T, t0 + tp), n, out)
+                n0 = (item % n_groups) * ROW_GROUP
+                nr = min(ROW_GROUP, N - n0)
+                t0 = (item // n_groups) * tp
+                t1 = min(T, t0 + tp)
+                for r in range(nr):
+                    _decode_row(raw[n0 + r], TYPE, K, dq, corr, dx, r)
+                for t in range(t0, t1, 4):
+                    for r in range(nr):
+                        _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, bsums, t, t1, n0 + r, out)
 
     return mm
 

@@ -340,63 +340,77 @@ def _row_one(row, TYPE, MODE, grid, qa, t, yd):
 
 
 @ijit
-def _decode_row(row, TYPE, grid, K, dq, corr, dx):
+def _decode_row(row, TYPE, grid, K, dq, corr, dx, r):
     """The row's sub-block b into dq at 64b: its signed weights, then its vpmaddwd scales (_scales16); per
     super-block the lanes' bias correction into corr (32 bytes each: 128 * the scaled lane sums of the weights,
-    which the biased activations add) and its d into dx."""
+    which the biased activations add) and its d into dx; all in the buffers' slot r (_slots)."""
     BYTES = _bytes(TYPE)
     ones = splat8(1)
+    pq, pc, px = _slots(K, r)
     for sb in range(K // QK_K):
         o = sb * BYTES
-        dx[sb] = f16_to_f32(read_u16(row, o))
+        dx[px + sb] = f16_to_f32(read_u16(row, o))
         c = zero32()
         sc = _all_scales(row, o, TYPE)
         for ib in range(8):
-            p = 64 * (8 * sb + ib)
+            p = pq + 64 * (8 * sb + ib)
             w = sign8(_magnitudes(row, o, TYPE, ib, grid), _sign_vec(row, o, TYPE, ib))
             scales = _scales16(row, o, TYPE, ib, sc)
             store32(dq, p, w)
             store16x16(dq, p + 32, scales)
             c = dpwssd(c, maddubs(ones, w), scales)
-        store8x32(corr, 32 * sb, mul32(c, splat32(128)))
+        store8x32(corr, pc + 32 * sb, mul32(c, splat32(128)))
+
+
+# Rows of a batch work item (here, in iq1.py and tq.py): each row is decoded once per pass of tokens, then four
+# tokens at a time run over all of the item's rows, their activations loaded from L1 for every row after the
+# first. One row an item read each token's activations from L3 again for every row (1.5 KB a token at K = 1536):
+# 1.3-1.5x slower.
+ROW_GROUP = 4
 
 
 @ijit
-def _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, t1, n, out):
-    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token): each decoded
-    sub-block loaded once for the four. qb: the activations + 128 (unsigned), so that one vpmaddubsw with the
-    signed weights gives the products (as ggml's tiled matmul's ACTBIAS; |pair sums| <= 2 * 255 * 62 < 2^15),
-    the +128's share subtracted per super-block (corr)."""
+def _slots(K, r):
+    """Byte offsets of slot r (a row of the item) in the decoded-rows buffer dq and in corr, its index in dx."""
+    return 2 * K * r, K // QK_K * 32 * r, K // QK_K * r
+
+
+@ijit
+def _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, t, t1, n, out):
+    """The row decoded in slot r with tokens t..t+3 (past t1 - 1: t1 - 1 again): each decoded sub-block loaded
+    once for the four. qb: the activations + 128 (unsigned), so that one vpmaddubsw with the signed weights gives
+    the products (as ggml's tiled matmul's ACTBIAS; |pair sums| <= 2 * 255 * 62 < 2^15), the +128's share
+    subtracted per super-block (corr)."""
     K = qb.shape[1]
-    for t in range(t0, t1, 4):
-        u = min(t + 1, t1 - 1)
-        v = min(t + 2, t1 - 1)
-        x = min(t + 3, t1 - 1)
-        z = zerof()
-        A0, A1, A2, A3 = z, z, z, z
-        s0 = s1 = s2 = s3 = np.float32(0)
-        for s in range(K // QK_K):
-            a0 = zero32()
-            a1 = zero32()
-            a2 = zero32()
-            a3 = zero32()
-            for ib in range(8):
-                b = 8 * s + ib
-                w = load32(dq, 64 * b)
-                scales = load16x16(dq, 64 * b + 32)
-                a0 = dpwssd(a0, maddubs(load32(qb, t * K + QK * b), w), scales)
-                a1 = dpwssd(a1, maddubs(load32(qb, u * K + QK * b), w), scales)
-                a2 = dpwssd(a2, maddubs(load32(qb, v * K + QK * b), w), scales)
-                a3 = dpwssd(a3, maddubs(load32(qb, x * K + QK * b), w), scales)
-            c = load8x32(corr, 32 * s)
-            A0, s0 = _step(TYPE, MODE, dx[s], yd[t, s], sub32(a0, c), A0, s0)
-            A1, s1 = _step(TYPE, MODE, dx[s], yd[u, s], sub32(a1, c), A1, s1)
-            A2, s2 = _step(TYPE, MODE, dx[s], yd[v, s], sub32(a2, c), A2, s2)
-            A3, s3 = _step(TYPE, MODE, dx[s], yd[x, s], sub32(a3, c), A3, s3)
-        out[t, n] = _finish(TYPE, MODE, A0, s0)
-        out[u, n] = _finish(TYPE, MODE, A1, s1)
-        out[v, n] = _finish(TYPE, MODE, A2, s2)
-        out[x, n] = _finish(TYPE, MODE, A3, s3)
+    pq, pc, px = _slots(K, r)
+    u = min(t + 1, t1 - 1)
+    v = min(t + 2, t1 - 1)
+    x = min(t + 3, t1 - 1)
+    z = zerof()
+    A0, A1, A2, A3 = z, z, z, z
+    s0 = s1 = s2 = s3 = np.float32(0)
+    for s in range(K // QK_K):
+        a0 = zero32()
+        a1 = zero32()
+        a2 = zero32()
+        a3 = zero32()
+        for ib in range(8):
+            b = 8 * s + ib
+            w = load32(dq, pq + 64 * b)
+            scales = load16x16(dq, pq + 64 * b + 32)
+            a0 = dpwssd(a0, maddubs(load32(qb, t * K + QK * b), w), scales)
+            a1 = dpwssd(a1, maddubs(load32(qb, u * K + QK * b), w), scales)
+            a2 = dpwssd(a2, maddubs(load32(qb, v * K + QK * b), w), scales)
+            a3 = dpwssd(a3, maddubs(load32(qb, x * K + QK * b), w), scales)
+        c = load8x32(corr, pc + 32 * s)
+        A0, s0 = _step(TYPE, MODE, dx[px + s], yd[t, s], sub32(a0, c), A0, s0)
+        A1, s1 = _step(TYPE, MODE, dx[px + s], yd[u, s], sub32(a1, c), A1, s1)
+        A2, s2 = _step(TYPE, MODE, dx[px + s], yd[v, s], sub32(a2, c), A2, s2)
+        A3, s3 = _step(TYPE, MODE, dx[px + s], yd[x, s], sub32(a3, c), A3, s3)
+    out[t, n] = _finish(TYPE, MODE, A0, s0)
+    out[u, n] = _finish(TYPE, MODE, A1, s1)
+    out[v, n] = _finish(TYPE, MODE, A2, s2)
+    out[x, n] = _finish(TYPE, MODE, A3, s3)
 
 
 @jit
@@ -418,8 +432,9 @@ def _mm_avx2_of(TYPE: int):
     @pjit
     def mm(raw, MODE, qa, yd, grid, out, nt):
         """out (T, N) in the float sequence MODE, in nt chunks in parallel (any nt: the same bits). One token:
-        rows straight from their blocks; a batch: work items of one row x one pass of tokens whose activations
-        stay in L2 (passes outermost, so that consecutive items share them), each row decoded once per item."""
+        rows straight from their blocks; a batch: work items of ROW_GROUP rows x one pass of tokens whose
+        activations stay in L2 (passes outermost, so that consecutive items share them), each row decoded once
+        per item, then four tokens at a time with each of the item's rows."""
         T, K = qa.shape
         N = raw.shape[0]
         if T == 1:
@@ -430,16 +445,22 @@ def _mm_avx2_of(TYPE: int):
         qb = biased(qa)
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
-        n_items = N * n_pass
+        n_groups = (N + ROW_GROUP - 1) // ROW_GROUP
+        n_items = n_groups * n_pass
         for c in prange(nt):
-            dq = np.empty(2 * K, np.uint8)
-            corr = np.empty(K // QK_K * 32, np.uint8)
-            dx = np.empty(K // QK_K, np.float32)
+            dq = np.empty(ROW_GROUP * 2 * K, np.uint8)
+            corr = np.empty(ROW_GROUP * K // QK_K * 32, np.uint8)
+            dx = np.empty(ROW_GROUP * K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
-                n = item % N
-                t0 = (item // N) * tp
-                _decode_row(raw[n], TYPE, grid, K, dq, corr, dx)
-                _row_tokens(dq, corr, dx, TYPE, MODE, qb, yd, t0, min(T, t0 + tp), n, out)
+                n0 = (item % n_groups) * ROW_GROUP
+                nr = min(ROW_GROUP, N - n0)
+                t0 = (item // n_groups) * tp
+                t1 = min(T, t0 + tp)
+                for r in range(nr):
+                    _decode_row(raw[n0 + r], TYPE, grid, K, dq, corr, dx, r)
+                for t in range(t0, t1, 4):
+                    for r in range(nr):
+                        _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, t, t1, n0 + r, out)
 
     return mm
 

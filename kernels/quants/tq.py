@@ -30,7 +30,7 @@ from ..fp16 import fma_f32
 from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
-from .iq_grid import hsum8v
+from .iq_grid import ROW_GROUP, hsum8v
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, add16, add8, and8, bcast16b, bcast4, cvt_f32, dpwssd, dwords4, ffma, halves8, load16x16,
                     load32, maddubs, sll16, splat16, splat8, splatf, srl16, store32, sub16, trits8, zero16, zero32,
@@ -183,14 +183,14 @@ def _row_one(row, TYPE, qa, t, yd, bsums):
 
 
 @ijit
-def _decode_row(row, TYPE, K, dq, dx):
-    """The row's u bytes into dq (K), its d per super-block into dx."""
+def _decode_row(row, TYPE, K, dq, dx, r):
+    """The row's u bytes into dq (K), its d per super-block into dx, both in slot r (a row of the work item)."""
     BYTES = _bytes(TYPE)
     for sb in range(K // QK_K):
         o = sb * BYTES
-        dx[sb] = _d(row, o, TYPE)
+        dx[K // QK_K * r + sb] = _d(row, o, TYPE)
         w0, w1, w2, w3, w4, w5, w6, w7 = _chunks(row, o, TYPE)
-        e = QK_K * sb
+        e = K * r + QK_K * sb
         store32(dq, e, w0)
         store32(dq, e + 32, w1)
         store32(dq, e + 64, w2)
@@ -202,41 +202,41 @@ def _decode_row(row, TYPE, K, dq, dx):
 
 
 @ijit
-def _row_tokens(dq, dx, qa, yd, bsums, t0, t1, n, out):
-    """A decoded row with tokens t0..t1-1, four at a time (a last group repeats its last token); int16 sums as
-    _lanes."""
+def _row_tokens(dq, dx, r, qa, yd, bsums, t, t1, n, out):
+    """The row decoded in slot r with tokens t..t+3 (past t1 - 1: t1 - 1 again); int16 sums as _lanes."""
     K = qa.shape[1]
+    pq = K * r
+    px = K // QK_K * r
     ones = splat16(1)
-    for t in range(t0, t1, 4):
-        u = min(t + 1, t1 - 1)
-        v = min(t + 2, t1 - 1)
-        x = min(t + 3, t1 - 1)
-        z = zerof()
-        A0, A1, A2, A3 = z, z, z, z
-        for s in range(K // QK_K):
-            a0 = zero16()
-            a1 = zero16()
-            a2 = zero16()
-            a3 = zero16()
-            for c in range(8):
-                e = QK_K * s + 32 * c
-                w = load32(dq, e)
-                a0 = add16(a0, maddubs(w, load32(qa, t * K + e)))
-                a1 = add16(a1, maddubs(w, load32(qa, u * K + e)))
-                a2 = add16(a2, maddubs(w, load32(qa, v * K + e)))
-                a3 = add16(a3, maddubs(w, load32(qa, x * K + e)))
-            l0 = dpwssd(zero32(), sub16(a0, load16x16(bsums, 2 * ((t * K + QK_K * s) // 16))), ones)
-            l1 = dpwssd(zero32(), sub16(a1, load16x16(bsums, 2 * ((u * K + QK_K * s) // 16))), ones)
-            l2 = dpwssd(zero32(), sub16(a2, load16x16(bsums, 2 * ((v * K + QK_K * s) // 16))), ones)
-            l3 = dpwssd(zero32(), sub16(a3, load16x16(bsums, 2 * ((x * K + QK_K * s) // 16))), ones)
-            A0 = ffma(cvt_f32(l0), splatf(np.float32(yd[t, s] * dx[s])), A0)
-            A1 = ffma(cvt_f32(l1), splatf(np.float32(yd[u, s] * dx[s])), A1)
-            A2 = ffma(cvt_f32(l2), splatf(np.float32(yd[v, s] * dx[s])), A2)
-            A3 = ffma(cvt_f32(l3), splatf(np.float32(yd[x, s] * dx[s])), A3)
-        out[t, n] = hsum8v(A0)
-        out[u, n] = hsum8v(A1)
-        out[v, n] = hsum8v(A2)
-        out[x, n] = hsum8v(A3)
+    u = min(t + 1, t1 - 1)
+    v = min(t + 2, t1 - 1)
+    x = min(t + 3, t1 - 1)
+    z = zerof()
+    A0, A1, A2, A3 = z, z, z, z
+    for s in range(K // QK_K):
+        a0 = zero16()
+        a1 = zero16()
+        a2 = zero16()
+        a3 = zero16()
+        for c in range(8):
+            e = QK_K * s + 32 * c
+            w = load32(dq, pq + e)
+            a0 = add16(a0, maddubs(w, load32(qa, t * K + e)))
+            a1 = add16(a1, maddubs(w, load32(qa, u * K + e)))
+            a2 = add16(a2, maddubs(w, load32(qa, v * K + e)))
+            a3 = add16(a3, maddubs(w, load32(qa, x * K + e)))
+        l0 = dpwssd(zero32(), sub16(a0, load16x16(bsums, 2 * ((t * K + QK_K * s) // 16))), ones)
+        l1 = dpwssd(zero32(), sub16(a1, load16x16(bsums, 2 * ((u * K + QK_K * s) // 16))), ones)
+        l2 = dpwssd(zero32(), sub16(a2, load16x16(bsums, 2 * ((v * K + QK_K * s) // 16))), ones)
+        l3 = dpwssd(zero32(), sub16(a3, load16x16(bsums, 2 * ((x * K + QK_K * s) // 16))), ones)
+        A0 = ffma(cvt_f32(l0), splatf(np.float32(yd[t, s] * dx[px + s])), A0)
+        A1 = ffma(cvt_f32(l1), splatf(np.float32(yd[u, s] * dx[px + s])), A1)
+        A2 = ffma(cvt_f32(l2), splatf(np.float32(yd[v, s] * dx[px + s])), A2)
+        A3 = ffma(cvt_f32(l3), splatf(np.float32(yd[x, s] * dx[px + s])), A3)
+    out[t, n] = hsum8v(A0)
+    out[u, n] = hsum8v(A1)
+    out[v, n] = hsum8v(A2)
+    out[x, n] = hsum8v(A3)
 
 
 def _mm_avx2_of(TYPE: int):
@@ -245,8 +245,8 @@ def _mm_avx2_of(TYPE: int):
     @pjit
     def mm(raw, qa, yd, bsums, out, nt):
         """out (T, N) in nt chunks in parallel (any nt: the same bits). One token: rows straight from their
-        blocks; a batch: work items of one row x one pass of tokens (passes outermost), each row decoded once per
-        item."""
+        blocks; a batch: work items of ROW_GROUP rows x one pass of tokens (passes outermost), each row decoded
+        once per item, then four tokens at a time with each of the item's rows (iq_grid.ROW_GROUP)."""
         T, K = qa.shape
         N = raw.shape[0]
         if T == 1:
@@ -256,15 +256,21 @@ def _mm_avx2_of(TYPE: int):
             return
         tp = q32.pass_tokens(T, K)
         n_pass = (T + tp - 1) // tp
-        n_items = N * n_pass
+        n_groups = (N + ROW_GROUP - 1) // ROW_GROUP
+        n_items = n_groups * n_pass
         for c in prange(nt):
-            dq = np.empty(K, np.uint8)
-            dx = np.empty(K // QK_K, np.float32)
+            dq = np.empty(ROW_GROUP * K, np.uint8)
+            dx = np.empty(ROW_GROUP * K // QK_K, np.float32)
             for item in range(c * n_items // nt, (c + 1) * n_items // nt):
-                n = item % N
-                t0 = (item // N) * tp
-                _decode_row(raw[n], TYPE, K, dq, dx)
-                _row_tokens(dq, dx, qa, yd, bsums, t0, min(T, t0 + tp), n, out)
+                n0 = (item % n_groups) * ROW_GROUP
+                nr = min(ROW_GROUP, N - n0)
+                t0 = (item // n_groups) * tp
+                t1 = min(T, t0 + tp)
+                for r in range(nr):
+                    _decode_row(raw[n0 + r], TYPE, K, dq, dx, r)
+                for t in range(t0, t1, 4):
+                    for r in range(nr):
+                        _row_tokens(dq, dx, r, qa, yd, bsums, t, t1, n0 + r, out)
 
     return mm
 
