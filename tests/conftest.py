@@ -116,6 +116,22 @@ def at_thread_counts(run, counts=(1, 2)) -> list:
         set_num_threads(old)
 
 
+def products_by_order(w, x) -> tuple:
+    """(single, batch, llama): the weight w times the T tokens x (T, K) one token at a time, as one batch in
+    synapse's default order and as one batch in llama.cpp's (T, N) float32 each."""
+    from kernels.matmul import matmul
+    from kernels.order import Order
+
+    T, N = x.shape[0], w.ne1
+    single = np.empty((T, N), np.float32)
+    for t in range(T):
+        matmul(w, x[t:t + 1].copy(), single[t:t + 1])
+    batch, llama = np.empty((T, N), np.float32), np.empty((T, N), np.float32)
+    matmul(w, x.copy(), batch)
+    matmul(w, x.copy(), llama, Order.LLAMA)
+    return single, batch, llama
+
+
 def assert_fused_one_token_products(typ, K, raw, x, ref, sizes=(40, 16, 24)) -> None:
     """Decoding's fused call (up to 3 weights of rows raw[:n] for n in sizes, one activation conversion, one parallel
     region: FusedGemv, as for Q/K/V) and matmul_many give each weight the reference's bits ref[:, :n] (ggml's

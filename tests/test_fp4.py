@@ -161,7 +161,7 @@ def test_long_prompts_equal_single_tokens(kind):
     """A prompt longer than a work item's pass of tokens (q32.pass_tokens: several passes, an odd last token of the
     repacked gemm's pairs) gives every row the single-token bits (which the cases above show to be ggml's), in the
     default and in llama.cpp's batch order (the same for these types: no tinyBLAS), at 1 and 2 threads."""
-    from conftest import at_thread_counts
+    from conftest import at_thread_counts, products_by_order
 
     from kernels.quants.q32 import pass_tokens
 
@@ -171,15 +171,6 @@ def test_long_prompts_equal_single_tokens(kind):
     T = 3 * pass_tokens(10 ** 6, K) + 1
     x = np.random.default_rng(7).normal(0, 0.5, (T, K)).astype(np.float32)
 
-    def run():
-        single = np.empty((T, N), np.float32)
-        for t in range(T):
-            matmul(w, x[t:t + 1].copy(), single[t:t + 1])
-        batch, llama = np.empty((T, N), np.float32), np.empty((T, N), np.float32)
-        matmul(w, x.copy(), batch)
-        matmul(w, x.copy(), llama, Order.LLAMA)
-        return single, batch, llama
-
-    for single, batch, llama in at_thread_counts(run, (1, 2)):
+    for single, batch, llama in at_thread_counts(lambda: products_by_order(w, x), (1, 2)):
         assert np.isfinite(single).all()
         assert _same_bits(batch, single) and _same_bits(llama, single)

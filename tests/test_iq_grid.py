@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import at_thread_counts, harness_cases
+from conftest import at_thread_counts, harness_cases, products_by_order
 
 from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType
@@ -250,15 +250,6 @@ def test_long_prompts_equal_single_tokens(typ):
     portable = np.empty((T, N), np.float32)
     _portable(typ, raw, quantize_activations(get_format(typ).vec_dot_type, x), portable)
 
-    def run():
-        single = np.empty((T, N), np.float32)
-        for t in range(T):
-            matmul(w, x[t:t + 1].copy(), single[t:t + 1])
-        batch, llama = np.empty((T, N), np.float32), np.empty((T, N), np.float32)
-        matmul(w, x.copy(), batch)
-        matmul(w, x.copy(), llama, Order.LLAMA)
-        return single, batch, llama
-
-    for single, batch, llama in at_thread_counts(run, (1, 2)):
+    for single, batch, llama in at_thread_counts(lambda: products_by_order(w, x), (1, 2)):
         assert np.isfinite(single).all()
         assert _same_bits(batch, single) and _same_bits(llama, portable)
