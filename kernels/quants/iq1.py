@@ -41,7 +41,7 @@ from ..fp16 import fma_f32
 from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
-from .iq_grid import ROW_GROUP, TILED, VEC, biased, hsum8v
+from .iq_grid import ROW_GROUP, TILED, VEC, biased, hsum8v, tokens4
 from .iq_tables import IQ1S_GRID
 from .kquants import TILED_MIN_BATCH
 from ._bits import f16_to_f32, read_u16
@@ -368,9 +368,7 @@ def _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, bsums, t, t1, n, out):
     K = qb.shape[1]
     pq, pc, px = _slots(K, r)
     ones = splat16(1)
-    u = min(t + 1, t1 - 1)
-    v = min(t + 2, t1 - 1)
-    x = min(t + 3, t1 - 1)
+    u, v, x = tokens4(t, t1)
     z = zerof()
     A0, A1, A2, A3 = z, z, z, z
     B0, B1, B2, B3 = z, z, z, z

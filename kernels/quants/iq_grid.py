@@ -370,6 +370,12 @@ ROW_GROUP = 8
 
 
 @ijit
+def tokens4(t, t1):
+    """The three tokens after t in a group of four, the last token t1 - 1 repeated past the end."""
+    return min(t + 1, t1 - 1), min(t + 2, t1 - 1), min(t + 3, t1 - 1)
+
+
+@ijit
 def _slots(K, r):
     """Byte offsets of slot r (a row of the item) in the decoded-rows buffer dq and in corr, its index in dx."""
     return 2 * K * r, K // QK_K * 32 * r, K // QK_K * r
@@ -383,9 +389,7 @@ def _row_tokens(dq, corr, dx, r, TYPE, MODE, qb, yd, t, t1, n, out):
     subtracted per super-block (corr)."""
     K = qb.shape[1]
     pq, pc, px = _slots(K, r)
-    u = min(t + 1, t1 - 1)
-    v = min(t + 2, t1 - 1)
-    x = min(t + 3, t1 - 1)
+    u, v, x = tokens4(t, t1)
     z = zerof()
     A0, A1, A2, A3 = z, z, z, z
     s0 = s1 = s2 = s3 = np.float32(0)

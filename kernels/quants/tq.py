@@ -30,7 +30,7 @@ from ..fp16 import fma_f32
 from ..ggml_type import QK_K, GGMLType
 from . import q32
 from .iq4 import hsum_float_8
-from .iq_grid import ROW_GROUP, hsum8v
+from .iq_grid import ROW_GROUP, hsum8v, tokens4
 from ._bits import f16_to_f32, read_u16
 from ._simd import (HAS_AVX2, add16, add8, and8, bcast16b, bcast4, cvt_f32, dpwssd, dwords4, ffma, halves8, load16x16,
                     load32, maddubs, sll16, splat16, splat8, splatf, srl16, store32, sub16, trits8, zero16, zero32,
@@ -208,9 +208,7 @@ def _row_tokens(dq, dx, r, qa, yd, bsums, t, t1, n, out):
     pq = K * r
     px = K // QK_K * r
     ones = splat16(1)
-    u = min(t + 1, t1 - 1)
-    v = min(t + 2, t1 - 1)
-    x = min(t + 3, t1 - 1)
+    u, v, x = tokens4(t, t1)
     z = zerof()
     A0, A1, A2, A3 = z, z, z, z
     for s in range(K // QK_K):
