@@ -26,8 +26,9 @@ deltas' signs; d = dx * y.d:
 
 AVX2: one token reads the rows as stored (as ggml's kernels: vpmaddubsw of |grid| with the activations signed by
 the grid, and of ones with the activations signed by the deltas, then vpmaddwd by the scales). A batch decodes each
-row once per pass of tokens (q32.pass_tokens) into signed grid values, delta signs and scales, and runs four tokens
-a time over them against activations + 128 (the bias's share subtracted per super-block, exact). Without AVX2 the
+row once per pass of tokens (q32.pass_tokens), iq_grid.ROW_GROUP rows a work item, into signed grid values, delta
+signs (IQ1_M) or delta scales (IQ1_S, whose delta sums come from the bsums) and scales, and runs four tokens a time
+over the item's rows against activations + 128 (the bias's share subtracted per super-block, exact). Without AVX2 the
 same sums run on scalars (_mm_scalar). No repack: the weights stay the file's blocks.
 """
 

@@ -29,7 +29,8 @@ exact, the float operations per output are ggml's):
 AVX2: a sub-block's 32 magnitudes are its 8 IQ3 entries or 4 IQ2 entries loaded into one vector (as ggml's),
 its 32 signs go on the activations (vpsignb), then vpmaddubsw and vpmaddwd by the scales (as ggml's kernels;
 |pair sums| <= 2 * 62 * 127 < 2^15). One token reads the rows as stored; a batch decodes each row once per pass of
-tokens (q32.pass_tokens) into signed weights and runs four tokens a time over them, against activations + 128
+tokens (q32.pass_tokens), ROW_GROUP rows a work item, into signed weights and runs four tokens a time over the
+item's rows, against activations + 128
 (vpmaddubsw's unsigned operand; the bias's share subtracted per super-block, exact). Without AVX2 the
 same operations run on scalars (_mm_scalar). No repack: the weights stay the file's blocks.
 """

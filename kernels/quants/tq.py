@@ -17,7 +17,7 @@ _mm256_add_ps(_mm256_mul_ps(...), sumf)); out = hsum_float_8(sumf).
 
 AVX2: TQ2_0's chunks are shifts and masks of its bytes; TQ1_0's are digits of bytes times 3^n (_chunks: ggml's
 adds and shifts, trits8), in registers. One token reads the rows as stored; a batch decodes each row once
-per pass of tokens into u bytes and runs four tokens a time over them. Without AVX2 the same sums run on scalars.
+per pass of tokens into u bytes, iq_grid.ROW_GROUP rows a work item, and runs four tokens a time over them. Without AVX2 the same sums run on scalars.
 """
 
 from __future__ import annotations
