@@ -116,6 +116,19 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
 
+@pytest.mark.parametrize("T", [48, 64, 100, 250])
+def test_q6_K_token_lane_gemm_rows_equal_gemv(T):
+    """Q6_K from 48 tokens (q6_k._gemm_vnni with AVX512-VNNI, else the other gemms): every token gets the single-token
+    kernel's bits - whole units of 48 tokens, a last unit of one (64, 100) or two (250) groups of 16, a second
+    token tile (250 at K = 512), and 37 rows (a partial row tile)."""
+    K, N = 512, 37
+    _, w = _weight(G.Q6_K, N, K, 900 + T)
+    x = _x(T, K, 1000 + T)
+    gemm = _run(w, x)
+    for i in range(T):
+        assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
+
+
 @pytest.mark.parametrize("t", [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0], ids=lambda t: t.name)
 def test_gemm_in_several_passes_matches_reference(t):
     """K = 32768: the AVX512 gemm of the 32-weight formats runs 1 MB of activations a pass (32 tokens here), so
@@ -299,8 +312,8 @@ def test_small_operand_dot_products_are_exact():
 
 
 def test_thread_count_does_not_change_results():
-    """1, 2 and 3 threads give bit-identical gemv and gemm for every type (subprocess: the thread pool size
-    is fixed when numba starts)."""
+    """1, 2 and 3 threads give bit-identical gemv and gemm (7 and 100 tokens) for every type (subprocess: the
+    thread pool size is fixed when numba starts)."""
     code = textwrap.dedent("""
         import sys, numpy as np
         sys.path.insert(0, "tests")
@@ -315,15 +328,18 @@ def test_thread_count_does_not_change_results():
             raw = R.random_weight_bytes(t, N, K, np.random.default_rng(int(t)))
             w = Weight(t, raw.reshape(-1), K, N, "w")
             x = np.random.default_rng(1).standard_normal((7, K)).astype(np.float32)
+            xl = np.random.default_rng(2).standard_normal((100, K)).astype(np.float32)
             res = []
             for n in (1, 2, 3):
                 config.set_num_threads(n)
                 assert config.get_num_threads() == n
                 o1 = np.empty((1, N), np.float32); matmul(w, x[:1], o1)
                 o2 = np.empty((7, N), np.float32); matmul(w, x, o2)
-                res.append((o1, o2))
-            for o1, o2 in res[1:]:
-                if not (np.array_equal(o1, res[0][0]) and np.array_equal(o2, res[0][1])):
+                o3 = np.empty((100, N), np.float32); matmul(w, xl, o3)  # the large-batch gemms
+                res.append((o1, o2, o3))
+            for o1, o2, o3 in res[1:]:
+                if not (np.array_equal(o1, res[0][0]) and np.array_equal(o2, res[0][1])
+                        and np.array_equal(o3, res[0][2])):
                     bad.append(t.name)
         print("BAD", bad)
     """)

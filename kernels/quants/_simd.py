@@ -308,6 +308,20 @@ def scale_halves16(typingctx, sc, c):
 
 
 @intrinsic
+def chunk_pair_scales16(typingctx, sc):
+    """<16 x i16>: the 16 sub-block scales as pairs (sc[4p + h], sc[4p + 2 + h]) at lanes 4p + 2h, 4p + 2h + 1:
+    one int16 pair per (chunk pair p, lane half h) for vpdpwssd (q6_k._gemm_vnni; a vpshufb)."""
+    if sc != V16I16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        m = [4 * p + h + 2 * k for p in range(4) for h in range(2) for k in range(2)]
+        return builder.shuffle_vector(args[0], args[0], ir.Constant(ir.VectorType(_i32, 16), m))
+
+    return V16I16(sc), codegen
+
+
+@intrinsic
 def bcast16b(typingctx, arr, offset):
     """The 16 bytes at byte offset in both 128-bit halves (<32 x i8>, vbroadcasti128): a block's 8 scales and 8
     mins, for byte_splat16."""

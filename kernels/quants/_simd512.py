@@ -518,6 +518,24 @@ load32x16z = _make_load(V32I16)  # 32 int16 (64 bytes)
 
 
 @intrinsic
+def pair_lo16z(typingctx, a, b):
+    """<32 x i16>: per 32-bit lane i, the int16 pair (low half of a[i], low half of b[i]) - two vectors of sums
+    that fit int16 as one vpdpwssd operand (vpslld + vpblendmw: off the multiply ports on Zen 4, where vpshldd
+    measured one cycle more)."""
+    if a != V16I32 or b != V16I32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        _wide(builder)
+        w = V32I16.llvm_type()
+        hi = builder.bitcast(builder.shl(args[1], ir.Constant(V16I32.llvm_type(), [16] * 16)), w)
+        mask = ir.Constant(ir.VectorType(ir.IntType(1), 32), [i % 2 for i in range(32)])
+        return builder.select(mask, hi, builder.bitcast(args[0], w))
+
+    return V32I16(a, b), codegen
+
+
+@intrinsic
 def unpack_nibbles64(typingctx, dst, doff, src, soff):
     """dst[doff + i] = src[soff + i] & 15 and dst[doff + 32 + i] = src[soff + i] >> 4 for i < 32: a 32-byte
     chunk of packed 4-bit quants as 64 bytes (low nibbles, then high)."""
