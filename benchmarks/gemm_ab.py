@@ -2,7 +2,7 @@
 formats: this tree's kernels/quants/q32.py against an older commit's (with that commit's _simd.py), each format's
 own gemm wrapper (`_gemm` and `_gemm_x86` where there is one; `_gemv` / `_gemv_x86` with --tokens 1) compiled
 against both. The 256-weight (K-quant) formats: the format's module of each build (kernels/quants/q6_k.py ...,
-the base's as q6_k_base, with Q4_K's q4_k_gemm256.py; the rest, _simd.py among it, this tree's), through the
+the base's as q6_k_base, with Q4_K's q4_k_gemm256.py and q4_k_gemm512.py; the rest, _simd.py among it, this tree's), through the
 format's gemm (or gemv). On a noisy VM, separate processes differ by
 more than such a change; side by side they see the same machine.
 
@@ -86,6 +86,8 @@ def main() -> None:
             if tname == "Q4_K":
                 base_module(args.base, "kernels/quants/q4_k_gemm256.py", "q4_k_gemm256_base", where)
                 renames.append(("from . import q4_k_gemm256", "import q4_k_gemm256_base as q4_k_gemm256"))
+                base_module(args.base, "kernels/quants/q4_k_gemm512.py", "q4_k_gemm512_base", where)
+                renames.append(("from .q4_k_gemm512 import", "from q4_k_gemm512_base import"))
             if mname == "iq4":  # both formats are in one module: neither registers
                 renames = [(f"{f} = register(", f"{f} = (") for f in ("FORMAT_NL", "FORMAT_XS")]
             old = base_module(args.base, f"kernels/quants/{mname}.py", f"{mname}_base", where, renames)

@@ -116,13 +116,16 @@ def test_gemm_beyond_one_token_tile_matches_reference(t, N, T):
         assert np.array_equal(_run(w, x[i:i + 1])[0], gemm[i]), f"token {i}"
 
 
+@pytest.mark.parametrize("t", [G.Q4_K, G.Q6_K], ids=lambda t: t.name)
 @pytest.mark.parametrize("T", [48, 64, 100, 250])
-def test_q6_K_token_lane_gemm_rows_equal_gemv(T):
-    """Q6_K from 48 tokens (q6_k._gemm_vnni with AVX512-VNNI, else the other gemms): every token gets the single-token
-    kernel's bits - whole units of 48 tokens, a last unit of one (64, 100) or two (250) groups of 16, a second
-    token tile (250 at K = 512), and 37 rows (a partial row tile)."""
-    K, N = 512, 37
-    _, w = _weight(G.Q6_K, N, K, 900 + T)
+def test_token_lane_gemm_rows_equal_gemv(t, T):
+    """The K-quant gemms with the tokens in the lanes (AVX512-VNNI: q4_k_gemm512._gemm_vnni in units of 32 tokens,
+    q6_k._gemm_vnni in units of 48; a tile's last tokens short of a unit run 16 at a time: Q4_K at 48 and 100, Q6_K
+    at 64, 100 and 250; elsewhere the other gemms): every token gets the single-token kernel's bits, past one token
+    tile (250 at K = 512) and with a partial row tile (Q6_K 37 rows; Q4_K 40, llama.cpp repacking Q4_K only for
+    N % 8 == 0)."""
+    K, N = 512, (40 if t == G.Q4_K else 37)
+    _, w = _weight(t, N, K, 900 + T)
     x = _x(T, K, 1000 + T)
     gemm = _run(w, x)
     for i in range(T):

@@ -31,9 +31,10 @@ gemv with AVX512BW (row_dot_z): the same per-block sequence on zmm, two sub-bloc
 _gemm_z, the scales expanded from one broadcast load, and acc / accm updated as two lanes of one vector (~10 %
 faster than row_dot_x86 side by side: benchmarks/q4k_rowdot.py).
 gemm with AVX512-VNNI and T >= V_MIN_TOKENS (_gemm_vnni): tokens in the lanes - 4 weights of a row broadcast
-against 4 quants of 16 tokens per vpdpbusd, scales applied per 16 weights by vpdpwssd, so the integer sums
-come out per token with no horizontal reduction and the float FMAs run 16 tokens per instruction (about 2.5
-times _gemm_z's speed on large batches); 4 rows x 48 tokens a pass, results streamed out a line per token. gemm with AVX512BW otherwise (_gemm_z): the same packed rows in zmm, two
+against 4 quants of 16 tokens per vpdpbusd, scales applied per sub-block by vpdpwssd on the two 16-weight
+sums as one int16 pair, so the integer sums come out per token with no horizontal reduction and the float FMAs
+run 16 tokens per instruction (about 2.5 times _gemm_z's speed on large batches); 4 rows x 32 tokens a pass,
+results streamed out a line per token. gemm with AVX512BW otherwise (_gemm_z): the same packed rows in zmm, two
 sub-blocks per instruction ([low | high nibbles of a chunk] against 64 contiguous activations), several
 tokens per unpacked (row, block); per-block integer sums of 8 tokens reduced together so the FMAs run 8 tokens
 per vector. Both give row_dot_x86's bits.
@@ -57,7 +58,7 @@ from ._simd import (HAS_AVX2, add32, and8, bcast16b, byte_splat16, cvt_f32, dpws
                     splat16, splat32, splat8, splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
 from . import q4_k_gemm256
-from .q4_k_gemm512 import (PACKED_BYTES, V_MIN_TOKENS, V_UNIT, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z,
+from .q4_k_gemm512 import (PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z,
                            token_tile)
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, streams_out, zeros_aligned
 
@@ -375,7 +376,7 @@ def _gemm_fast(packed, a, out, sb=False):
         return _mm_unpacked(packed, a, out)
     if HAS_VNNI512 and a.qs.shape[0] >= V_MIN_TOKENS:
         T, K = a.qs.shape
-        nb, Tp = K // QK_K, (T + V_UNIT - 1) // V_UNIT * V_UNIT
+        nb, Tp = K // QK_K, (T + 15) // 16 * 16
         qT = zeros_aligned((Tp // 16, K // 4, 64), np.int8)
         ydT = zeros_aligned((nb, Tp), np.float32)
         bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)

@@ -18,7 +18,7 @@ from ._simd512 import (add32z, and64, bcast_pair16, bcast32x2, dpwssd_z, fold16,
                        prefetchw, scales2x16, splat8z, srl16x2, store8x32, sums8x8, zero16x32)
 from ._simd import (cvt_f32, dpwssd, ffma, fmul, hsum32, load8_i16_as_i32, load8_u8_as_i32, load8xf32, mul32,
                     prefetch_span, splatf, store8xf32, zero32)
-from ._simd512 import store_diff_t16_nt
+from ._simd512 import pair_lo16z, store_diff_t16_nt
 from ._simd512 import (d_dmin_y, fma_i_m, lane0_minus_lane1, scales8_pair0, scales8_pair1, scales8_pair2, scales8_pair3,
                        zero4f)
 
@@ -252,24 +252,24 @@ def _prep_z(qs, bsums, d, qp, ydT, bsP):
 # -------------------------------------------------------------- gemm, tokens in lanes (AVX512-VNNI, _gemm_vnni)
 
 V_ROW_TILE = 16  # rows whose block is unpacked at once (wq: 4 KB); a row tile's output is one line per token
-V_UNIT = 48      # tokens per pass of the inner loop: 3 zmm of 16, so 4 rows x 3 = 12 accumulator chains
-# below this many tokens the padding to V_UNIT costs more than _gemm_vnni saves over _gemm_z (1536x8960, 2 threads,
-# ms _gemm_vnni / _gemm_z: T=16 2.01 / 1.96, T=20 2.17 / 2.01, T=24 2.13 / 2.19, T=32 2.04 / 2.74)
+V_UNIT = 32      # tokens per pass of the inner loop: 2 zmm of 16, so 4 rows x 2 x 2 half sub-blocks = 16 chains
+# below this many tokens the padding to a unit costs more than _gemm_vnni saves over _gemm_z (1536x8960, 2 threads,
+# ms _gemm_vnni / _gemm_z with 48-token units: T=16 2.01 / 1.96, T=20 2.17 / 2.01, T=24 2.13 / 2.19, T=32 2.04 / 2.74)
 V_MIN_TOKENS = 24
 
 
 def token_tile(K: int, Tp: int) -> int:
-    """Tokens per pass over a thread's rows: up to 4 units, the activations of a tile (tokens x K bytes) at most
-    1 MB so that they stay in L2 while the rows go by (1536x8960 and 8960x1536, 512 tokens, 2 threads: 192 and
-    96 tokens beat 48 and 528 by 3-20 %)."""
-    return min(Tp, V_UNIT * max(1, min(4, (1 << 20) // (K * V_UNIT))))
+    """Tokens per pass over a thread's rows: up to 192, the activations of a tile (tokens x K bytes) at most 1 MB
+    so that they stay in L2 while the rows go by (1536x8960 and 8960x1536, 512 tokens, 2 threads: 192 and 96
+    tokens beat 48 and 528 by 3-20 %)."""
+    return min(Tp, V_UNIT * max(1, min(192 // V_UNIT, (1 << 20) // (K * V_UNIT))))
 
 
 @pjit
 def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
     """Q8_K activations -> _gemm_vnni's inputs: qT32 (Tp/16, K/4, 16) int32 = each token's quants in
     kquants.PERM order, 4 bytes per lane, 16 tokens per 64-byte vector; ydT (nb, Tp) and bsP (nb, 4, Tp, 2) as
-    _prep_z. Tp: T rounded up to V_UNIT; callers zero the padding tokens. In parallel by groups of 16 tokens
+    _prep_z. Tp: T rounded up to 16; callers zero the padding tokens. In parallel by groups of 16 tokens
     (serial, it took 1.8 ms of a 19 ms 8960x1536 product with 512 tokens)."""
     T, K = qs.shape
     for gt in prange((T + 15) // 16):
@@ -305,19 +305,57 @@ def _fma_tokens(acc, o, i, dx, ydT, yo):
     store16xf32(acc, o, ffma_z(cvt_f32z(i), fmul_z(splatfz(dx), load16xf32(ydT, yo)), load16xf32(acc, o)))
 
 
+@ijit
+def _rows4_group(qT, g, b, wq, ow, sc, j0, SB, acc, oa, R, dx, r4, ydT, oy):
+    """_gemm_vnni's work for 4 rows (from r4; quants at byte ow of wq, scales from sc[j0]) and the one token group
+    g (16 tokens, acc at byte oa, their d factors at byte oy of ydT): the last tokens of a tile with a group of 16
+    past its units of V_UNIT."""
+    nq = qT.shape[1]
+    i0 = i1 = i2 = i3 = zero16x32()
+    for c in range(4):
+        for hp in range(2):
+            j = j0 + 2 * c + hp
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = zero16x32()
+            for q in range(4):
+                k = 16 * c + 8 * hp + q
+                y = load64(qT, 64 * (g * nq + 64 * b + k))
+                a0 = dpbusd_z(a0, bcast4z(wq, ow + 4 * k), y)
+                a1 = dpbusd_z(a1, bcast4z(wq, ow + QK_K + 4 * k), y)
+                a2 = dpbusd_z(a2, bcast4z(wq, ow + 2 * QK_K + 4 * k), y)
+                a3 = dpbusd_z(a3, bcast4z(wq, ow + 3 * QK_K + 4 * k), y)
+                y = load64(qT, 64 * (g * nq + 64 * b + k + 4))
+                b0 = dpbusd_z(b0, bcast4z(wq, ow + 4 * k + 16), y)
+                b1 = dpbusd_z(b1, bcast4z(wq, ow + QK_K + 4 * k + 16), y)
+                b2 = dpbusd_z(b2, bcast4z(wq, ow + 2 * QK_K + 4 * k + 16), y)
+                b3 = dpbusd_z(b3, bcast4z(wq, ow + 3 * QK_K + 4 * k + 16), y)
+            i0 = dpwssd_z(i0, pair_lo16z(a0, b0), as16z(splat32z(sc[j] * 0x10001)))
+            i1 = dpwssd_z(i1, pair_lo16z(a1, b1), as16z(splat32z(sc[j + 8] * 0x10001)))
+            i2 = dpwssd_z(i2, pair_lo16z(a2, b2), as16z(splat32z(sc[j + 16] * 0x10001)))
+            i3 = dpwssd_z(i3, pair_lo16z(a3, b3), as16z(splat32z(sc[j + 24] * 0x10001)))
+        if SB or c == 3:
+            _fma_tokens(acc, oa, i0, dx[r4], ydT, oy)
+            _fma_tokens(acc, oa + R, i1, dx[r4 + 1], ydT, oy)
+            _fma_tokens(acc, oa + 2 * R, i2, dx[r4 + 2], ydT, oy)
+            _fma_tokens(acc, oa + 3 * R, i3, dx[r4 + 3], ydT, oy)
+            i0 = i1 = i2 = i3 = zero16x32()
+
+
 @pjit
 def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
-    """gemm with the tokens in the lanes: qT (Tp/16, K/4, 64) int8 from _prep_vnni (Tp = T rounded up to V_UNIT).
+    """gemm with the tokens in the lanes: qT (Tp/16, K/4, 64) int8 from _prep_vnni (Tp = T rounded up to 16, TT a
+    multiple of V_UNIT or Tp; a tile's last 16 tokens past its units go by _rows4_group).
 
     nt chunks of consecutive row tiles (one per thread; any nt gives the same bits), each going through the
     tokens TT at a time (token_tile) and, per token tile, through its row tiles: per (16 rows, block) the 4-bit
-    quants are unpacked once to bytes (wq, 4 KB in L1); then for 48 tokens at a time and 4 rows at a time,
+    quants are unpacked once to bytes (wq, 4 KB in L1); then for 32 tokens at a time and 4 rows at a time,
     every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4 quants of
-    16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits int16), and
-    vpdpwssd with (scale, 0) int16 pairs adds scale * S to the block's integer sum I - exact integers, the
-    same I and M as row_dot_x86 - so no horizontal sums at all: the float FMAs of row_dot_x86's sequence (SB
-    as there) run 16 tokens per instruction. 4 rows x 3 token groups = 12 chains in registers: per 4 weights
-    7 loads feed 12 vpdpbusd (64 multiply-adds each). A full row tile's results go out transposed, a line
+    16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits int16); the
+    two halves' S of a sub-block go as one int16 pair (pair_lo16z) into vpdpwssd with (scale, scale), which adds
+    scale * (S0 + S1) to the block's integer sum I - exact integers, the same I and M as row_dot_x86 - so no
+    horizontal sums at all: the float FMAs of row_dot_x86's sequence (SB as there) run 16 tokens per instruction.
+    4 rows x 2 token groups x 2 halves = 16 chains in registers: per 4 weights of each half 6 loads feed 8
+    vpdpbusd (64 multiply-adds each), and one vpdpwssd per 32 weights where a (scale, 0) pair per half took
+    two (1.06x at 1536x8960, 480 tokens, Zen 4). A full row tile's results go out transposed, a line
     per token by streaming stores (store_diff_t16_nt) when NT (out's rows 64-byte aligned), element by element
     otherwise: written through the caches, the 18 MB of a 512 x 8960 output pushed the activations out of L2
     (1536x8960, 512 tokens, one thread: 36 -> 29 ms)."""
@@ -356,67 +394,70 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
                         for r4 in range(0, V_ROW_TILE, 4):
                             oa = 4 * (r4 * TT + tg - t0)
                             ow = QK_K * r4
-                            i00 = i01 = i02 = i10 = i11 = i12 = i20 = i21 = i22 = i30 = i31 = i32 = zero16x32()
+                            if tg + V_UNIT > t1:  # a last group of 16 tokens
+                                _rows4_group(qT, g0, b, wq, ow, sc, 8 * r4, SB, acc, oa, R, dx, r4, ydT, oy)
+                                continue
+                            i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()
                             for c in range(4):
-                                for h in range(4):
-                                    j = 8 * r4 + 2 * c + h // 2
-                                    s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = s30 = s31 = s32 = zero16x32()
+                                for hp in range(2):
+                                    j = 8 * r4 + 2 * c + hp
+                                    a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = zero16x32()
+                                    b00 = b01 = b10 = b11 = b20 = b21 = b30 = b31 = zero16x32()
                                     for q in range(4):
-                                        k = 16 * c + 4 * h + q   # 4-weight group in the block
+                                        k = 16 * c + 8 * hp + q   # 4-weight group of the first half
                                         y0 = load64(qT, 64 * (g0 * nq + 64 * b + k))
                                         y1 = load64(qT, 64 * ((g0 + 1) * nq + 64 * b + k))
-                                        y2 = load64(qT, 64 * ((g0 + 2) * nq + 64 * b + k))
                                         u = bcast4z(wq, ow + 4 * k)
-                                        s00 = dpbusd_z(s00, u, y0)
-                                        s01 = dpbusd_z(s01, u, y1)
-                                        s02 = dpbusd_z(s02, u, y2)
+                                        a00 = dpbusd_z(a00, u, y0)
+                                        a01 = dpbusd_z(a01, u, y1)
                                         u = bcast4z(wq, ow + QK_K + 4 * k)
-                                        s10 = dpbusd_z(s10, u, y0)
-                                        s11 = dpbusd_z(s11, u, y1)
-                                        s12 = dpbusd_z(s12, u, y2)
+                                        a10 = dpbusd_z(a10, u, y0)
+                                        a11 = dpbusd_z(a11, u, y1)
                                         u = bcast4z(wq, ow + 2 * QK_K + 4 * k)
-                                        s20 = dpbusd_z(s20, u, y0)
-                                        s21 = dpbusd_z(s21, u, y1)
-                                        s22 = dpbusd_z(s22, u, y2)
+                                        a20 = dpbusd_z(a20, u, y0)
+                                        a21 = dpbusd_z(a21, u, y1)
                                         u = bcast4z(wq, ow + 3 * QK_K + 4 * k)
-                                        s30 = dpbusd_z(s30, u, y0)
-                                        s31 = dpbusd_z(s31, u, y1)
-                                        s32 = dpbusd_z(s32, u, y2)
-                                    v = as16z(splat32z(sc[j]))
-                                    i00 = dpwssd_z(i00, as16z(s00), v)
-                                    i01 = dpwssd_z(i01, as16z(s01), v)
-                                    i02 = dpwssd_z(i02, as16z(s02), v)
-                                    v = as16z(splat32z(sc[j + 8]))
-                                    i10 = dpwssd_z(i10, as16z(s10), v)
-                                    i11 = dpwssd_z(i11, as16z(s11), v)
-                                    i12 = dpwssd_z(i12, as16z(s12), v)
-                                    v = as16z(splat32z(sc[j + 16]))
-                                    i20 = dpwssd_z(i20, as16z(s20), v)
-                                    i21 = dpwssd_z(i21, as16z(s21), v)
-                                    i22 = dpwssd_z(i22, as16z(s22), v)
-                                    v = as16z(splat32z(sc[j + 24]))
-                                    i30 = dpwssd_z(i30, as16z(s30), v)
-                                    i31 = dpwssd_z(i31, as16z(s31), v)
-                                    i32 = dpwssd_z(i32, as16z(s32), v)
-                                # ggml_gemm_q4_K_8x8_q8_K (SB): one FMA per 64-weight pair; ggml_gemv_q4_K_8x8_q8_K:
-                                # one per block
+                                        a30 = dpbusd_z(a30, u, y0)
+                                        a31 = dpbusd_z(a31, u, y1)
+                                        y0 = load64(qT, 64 * (g0 * nq + 64 * b + k + 4))
+                                        y1 = load64(qT, 64 * ((g0 + 1) * nq + 64 * b + k + 4))
+                                        u = bcast4z(wq, ow + 4 * k + 16)
+                                        b00 = dpbusd_z(b00, u, y0)
+                                        b01 = dpbusd_z(b01, u, y1)
+                                        u = bcast4z(wq, ow + QK_K + 4 * k + 16)
+                                        b10 = dpbusd_z(b10, u, y0)
+                                        b11 = dpbusd_z(b11, u, y1)
+                                        u = bcast4z(wq, ow + 2 * QK_K + 4 * k + 16)
+                                        b20 = dpbusd_z(b20, u, y0)
+                                        b21 = dpbusd_z(b21, u, y1)
+                                        u = bcast4z(wq, ow + 3 * QK_K + 4 * k + 16)
+                                        b30 = dpbusd_z(b30, u, y0)
+                                        b31 = dpbusd_z(b31, u, y1)
+                                    v = as16z(splat32z(sc[j] * 0x10001))
+                                    i00 = dpwssd_z(i00, pair_lo16z(a00, b00), v)
+                                    i01 = dpwssd_z(i01, pair_lo16z(a01, b01), v)
+                                    v = as16z(splat32z(sc[j + 8] * 0x10001))
+                                    i10 = dpwssd_z(i10, pair_lo16z(a10, b10), v)
+                                    i11 = dpwssd_z(i11, pair_lo16z(a11, b11), v)
+                                    v = as16z(splat32z(sc[j + 16] * 0x10001))
+                                    i20 = dpwssd_z(i20, pair_lo16z(a20, b20), v)
+                                    i21 = dpwssd_z(i21, pair_lo16z(a21, b21), v)
+                                    v = as16z(splat32z(sc[j + 24] * 0x10001))
+                                    i30 = dpwssd_z(i30, pair_lo16z(a30, b30), v)
+                                    i31 = dpwssd_z(i31, pair_lo16z(a31, b31), v)
                                 if SB or c == 3:
                                     _fma_tokens(acc, oa, i00, dx[r4], ydT, oy)
                                     _fma_tokens(acc, oa + 64, i01, dx[r4], ydT, oy + 64)
-                                    _fma_tokens(acc, oa + 128, i02, dx[r4], ydT, oy + 128)
                                     _fma_tokens(acc, oa + R, i10, dx[r4 + 1], ydT, oy)
                                     _fma_tokens(acc, oa + R + 64, i11, dx[r4 + 1], ydT, oy + 64)
-                                    _fma_tokens(acc, oa + R + 128, i12, dx[r4 + 1], ydT, oy + 128)
                                     _fma_tokens(acc, oa + 2 * R, i20, dx[r4 + 2], ydT, oy)
                                     _fma_tokens(acc, oa + 2 * R + 64, i21, dx[r4 + 2], ydT, oy + 64)
-                                    _fma_tokens(acc, oa + 2 * R + 128, i22, dx[r4 + 2], ydT, oy + 128)
                                     _fma_tokens(acc, oa + 3 * R, i30, dx[r4 + 3], ydT, oy)
                                     _fma_tokens(acc, oa + 3 * R + 64, i31, dx[r4 + 3], ydT, oy + 64)
-                                    _fma_tokens(acc, oa + 3 * R + 128, i32, dx[r4 + 3], ydT, oy + 128)
-                                    i00 = i01 = i02 = i10 = i11 = i12 = i20 = i21 = i22 = i30 = i31 = i32 = zero16x32()
+                                    i00 = i01 = i10 = i11 = i20 = i21 = i30 = i31 = zero16x32()
                         # the min term accm = fma(M, dmin * dy, accm), M = sum_j min_j * bs32_j by vpdpwssd on
                         # (min 2j, min 2j+1) x (bs32 2j, bs32 2j+1) pairs: per block, or per pair (SB)
-                        for t in range(tg, tg + V_UNIT, 16):
+                        for t in range(tg, min(t1, tg + V_UNIT), 16):
                             bo = 4 * (b * 4 * Tp + t)           # bsP[b, 0, t, 0]
                             p0 = load32x16z(bsP, bo)
                             p1 = load32x16z(bsP, bo + 4 * Tp)
