@@ -8,8 +8,8 @@ opens the same model and context settings, with the weights' packed arrays alloc
   * in the batch-invariant order (the default): runs the one-token graph's products (model.WARM_PRODUCTS of
     Context.warm_steps), compiling their kernels into the shared numba cache while the main process compiles
     the other steps', then says so on stdout (the main process waits for that line, then loads them); then, at
-    the lowest CPU priority, a 16-token batch, which compiles the batch kernels for the next runs (the main
-    process decodes short prompts token by token meanwhile: the same bits, Context.single_token_batches),
+    the lowest CPU priority, a 16-token and a 48-token batch, which compile the batch kernels for the next runs
+    (the main process decodes short prompts token by token meanwhile: the same bits, Context.single_token_batches),
     then one token, which compiles its blocks as one call (kernels/layer.py; the main process runs them
     op by op meanwhile, Context.one_call_blocks) - this part may outlive the main process;
   * with --llama-batch-order (whose batches must use the batch kernels): the 16-token batch only, which the
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(19)  # the batch kernels are for later runs: yield to the main process's computation
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
     if ctx.batch_invariant:
+        ctx.decode([0] * 48)  # a longer prompt's: the K-quant gemms with the tokens in the lanes (5-8 s each)
         ctx.decode([0])  # one token's blocks as one call (kernels/layer.py)
     if stem is not None:
         stem.with_suffix(".done").touch()
