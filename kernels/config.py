@@ -80,5 +80,13 @@ def work_chunks() -> int:
     return _threads or numba.config.NUMBA_NUM_THREADS
 
 
+def set_work_chunks(n: int) -> None:
+    """work_chunks() = n with numba's active threads left as they are: the kernels then take the paths of n
+    threads (their parallel forms, compiled as for n threads) and run every chunk on the threads there are (the
+    warm-up helper, synapse_cli/warm.py, on one thread)."""
+    global _threads
+    _threads = max(1, int(n))
+
+
 def get_num_threads() -> int:
     return numba.get_num_threads()

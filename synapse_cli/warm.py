@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = Path(a.marker) if a.marker else None
     if stem is not None:
         stem.with_suffix(".pid").write_text(str(os.getpid()))
+    from kernels.config import set_work_chunks
     from kernels.quants.base import layout_only
 
     from .model import WARM_PRODUCTS, Context, Model
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         print(ONE_TOKEN_DONE, flush=True)  # (session.warm_up waits for this line)
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the main process may be gone by the next output
         os.nice(19)  # the batch kernels are for later runs: yield to the main process's computation
+        # the paths of the main process's default threads, one per core (the parallel forms: the batch
+        # attention's above all), on the one thread this process has (start: NUMBA_NUM_THREADS=1)
+        set_work_chunks(os.cpu_count() or 1)
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
     if ctx.batch_invariant:
         ctx.decode([0] * 48)  # a longer prompt's: the K-quant gemms with the tokens in the lanes (5-8 s each)
