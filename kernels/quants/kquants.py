@@ -41,6 +41,14 @@ GEMV_PF = 8192
 TILED_MIN_BATCH = 8
 
 
+def lane_token_tile(K: int, Tp: int, unit: int) -> int:
+    """Tokens per pass of the AVX512-VNNI gemms with the tokens in the lanes (q4_k_gemm512, q6_k) over a thread's
+    rows: whole units, up to 192 tokens, the activations of a tile (tokens x K bytes) at most 1 MB so that they
+    stay in L2 while the row tiles go by (Q4_K 1536x8960 and 8960x1536, 512 tokens, 2 threads: 192 and 96 tokens
+    beat 48 and 528 by 3-20 %); Tp when that is less."""
+    return min(Tp, unit * max(1, min(192 // unit, (1 << 20) // (K * unit))))
+
+
 @jit
 def tiles(N, T, RT, TT):
     """How many tiles of RT rows x TT tokens cover an N x T product, and how many token tiles per row tile."""

@@ -58,8 +58,7 @@ from ._simd import (HAS_AVX2, add32, and8, bcast16b, byte_splat16, cvt_f32, dpws
                     splat16, splat32, splat8, splatf, srl16, store8xf32, zero32, zerof)
 from .vec_dot_type import Activations
 from . import q4_k_gemm256
-from .q4_k_gemm512 import (PACKED_BYTES, V_MIN_TOKENS, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z,
-                           token_tile)
+from .q4_k_gemm512 import PACKED_BYTES, V_MIN_TOKENS, V_UNIT, _gemm_vnni, _gemm_z, _prep_vnni, _prep_z, row_dot_z
 from .base import BlockFormat, empty_aligned, llama_repacks, register, run_repack, streams_out, zeros_aligned
 
 BLOCK_BYTES = BLOCK_GEOMETRY[GGMLType.Q4_K][1]  # 144
@@ -381,7 +380,8 @@ def _gemm_fast(packed, a, out, sb=False):
         ydT = zeros_aligned((nb, Tp), np.float32)
         bsP = zeros_aligned((nb, 4, Tp, 2), np.int16)
         _prep_vnni(a.qs, a.bsums, a.d, qT.view(np.int32), ydT, bsP)
-        _gemm_vnni(packed[0], qT, ydT, bsP, sb, token_tile(K, Tp), work_chunks(), streams_out(out), out)
+        _gemm_vnni(packed[0], qT, ydT, bsP, sb, kquants.lane_token_tile(K, Tp, V_UNIT), work_chunks(), streams_out(out),
+                   out)
     elif HAS_AVX512:
         T, K = a.qs.shape
         nb, Tp = K // QK_K, (T + 7) // 8 * 8

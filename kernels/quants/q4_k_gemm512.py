@@ -258,13 +258,6 @@ V_UNIT = 32      # tokens per pass of the inner loop: 2 zmm of 16, so 4 rows x 2
 V_MIN_TOKENS = 24
 
 
-def token_tile(K: int, Tp: int) -> int:
-    """Tokens per pass over a thread's rows: up to 192, the activations of a tile (tokens x K bytes) at most 1 MB
-    so that they stay in L2 while the rows go by (1536x8960 and 8960x1536, 512 tokens, 2 threads: 192 and 96
-    tokens beat 48 and 528 by 3-20 %)."""
-    return min(Tp, V_UNIT * max(1, min(192 // V_UNIT, (1 << 20) // (K * V_UNIT))))
-
-
 @pjit
 def _prep_vnni(qs, bsums, d, qT32, ydT, bsP):
     """Q8_K activations -> _gemm_vnni's inputs: qT32 (Tp/16, K/4, 16) int32 = each token's quants in
@@ -346,9 +339,9 @@ def _gemm_vnni(w, qT, ydT, bsP, SB, TT, nt, NT, out):
     multiple of V_UNIT or Tp; a tile's last 16 tokens past its units go by _rows4_group).
 
     nt chunks of consecutive row tiles (one per thread; any nt gives the same bits), each going through the
-    tokens TT at a time (token_tile) and, per token tile, through its row tiles: per (16 rows, block) the 4-bit
-    quants are unpacked once to bytes (wq, 4 KB in L1); then for 32 tokens at a time and 4 rows at a time,
-    every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4 quants of
+    tokens TT at a time (kquants.lane_token_tile) and, per token tile, through its row tiles: per (16 rows,
+    block) the 4-bit quants are unpacked once to bytes (wq, 4 KB in L1); then for 32 tokens at a time and 4 rows at
+    a time, every 4 weights of a row are broadcast to all 16 lanes and vpdpbusd adds their products with 4 quants of
     16 tokens to that (row, token group)'s half-sub-block sum S (16 weights: |S| <= 16*15*127 fits int16); the
     two halves' S of a sub-block go as one int16 pair (pair_lo16z) into vpdpwssd with (scale, scale), which adds
     scale * (S0 + S1) to the block's integer sum I - exact integers, the same I and M as row_dot_x86 - so no

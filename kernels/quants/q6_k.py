@@ -271,12 +271,6 @@ V_ROW_TILE = 16    # rows whose block is decoded at once (wq: 4 KB)
 V_UNIT = 48        # tokens per pass of the inner loop: 3 zmm of 16, so 4 rows x 3 = 12 lane sums in registers
 
 
-def token_tile(K: int, Tp: int) -> int:
-    """Tokens per pass over a thread's rows: up to 4 units, a tile's activations (tokens x K bytes) at most 1 MB
-    so that they stay in L2 while the row tiles go by."""
-    return min(Tp, V_UNIT * max(1, min(4, (1 << 20) // (K * V_UNIT))))
-
-
 @pjit
 def _prep_vnni(qs, bsums, d, qT32, ydT, bsL):
     """Q8_K activations -> _gemm_vnni's: qT32 (Tp/16, K/4, 16) int32 = each token's quants in element order,
@@ -482,7 +476,7 @@ def _mm_fast(packed, a, out):
         ydT = zeros_aligned((nb, Tp), np.float32)
         bsL = zeros_aligned((nb, 8, Tp), np.int32)
         _prep_vnni(a.qs, a.bsums, a.d, qT.view(np.int32), ydT, bsL)
-        _gemm_vnni(packed[0], qT, ydT, bsL, token_tile(K, Tp), work_chunks(), out)
+        _gemm_vnni(packed[0], qT, ydT, bsL, kquants.lane_token_tile(K, Tp, V_UNIT), work_chunks(), out)
     elif HAS_AVX512:
         _gemm_rows_z(packed[0], a.qs, a.bsums, a.d, out)
     else:
