@@ -20,6 +20,12 @@ dispatch of 35 arguments and the wrapper, ~15 us a block) cost ~0.45 ms of SmolL
 in one process, benchmarks/RESULTS.md). The layers' own arrays (norm weights, products, biases, KV cache)
 travel as one numba typed List of per-layer tuples, made once per context by `layer_list` (unboxing it is
 one pointer; a tuple of 30 tuples would be typed element by element on every call).
+
+Inside that call every product and the attention still started a parallel region of its own (~2.5 us each,
+~150 a SmolLM2 token). `decode_layers_region_for` runs all of a token's blocks in ONE region where the products
+are 32-weight formats: its threads take the same chunks of every product and the same attention items as those
+kernels' own regions would give them, thread 0 does the small serial steps, and they meet at spin barriers
+(kernels/spin.py) wherever one reads what another wrote.
 """
 
 from __future__ import annotations
@@ -29,23 +35,28 @@ import kernels.config  # noqa: F401  (NUMBA_CACHE_DIR before numba)
 import functools
 
 import numba
+import numpy as np
 from numba import typed
 
 from kernels.activations import _swiglu_serial
-from kernels.config import ijit, jit
-from kernels.flash_attn import one_row_attend
+from kernels.config import ijit, jit, pjit
+from kernels.flash_attn import _one_row_items, in_phases, on_calling_thread, one_row_attend
 from kernels.kv_cache import F16, _store_float
 from kernels.norm import _add_rms_norm_mul_serial
-from kernels.quants.gemv1 import gemv_many_q8_K, gemv_q4_0, gemv_q4_1, gemv_q5_0, gemv_q5_1, gemv_q8_0
+from kernels.quants.gemv1 import (
+    Q32_ENTRIES, gemv_many_q8_K, gemv_q4_0, gemv_q4_1, gemv_q5_0, gemv_q5_1, gemv_q8_0, q32_chunk, q32_prepare,
+    q32_scratch,
+)
 from kernels.quants.fp4 import gemv_mxfp4
 from kernels.quants.iq4 import gemv_iq4_nl, gemv_iq4_xs
 from kernels.rope import _rope_qk_serial
+from kernels.spin import STATE_SIZE, barrier
 
 
 # The fused one-token product kernels (kernels/quants/gemv1.py), by kind: decode_block_for takes the kinds of a
 # block's four products and compiles only those kernels (the others' branches are pruned: kinds are constants).
-PRODUCT_KERNELS = (gemv_q4_1, gemv_q5_1, gemv_q4_0, gemv_q5_0, gemv_q8_0, gemv_many_q8_K, gemv_iq4_nl, gemv_iq4_xs,
-                   gemv_mxfp4)
+PRODUCT_KERNELS = (*Q32_ENTRIES, gemv_many_q8_K, gemv_iq4_nl, gemv_iq4_xs, gemv_mxfp4)
+N_Q32 = len(Q32_ENTRIES)  # kinds below this: the 32-weight formats (gemv1.q32_layout's entry numbers)
 
 
 def product_kind(kernel) -> int:
@@ -88,6 +99,29 @@ def _add_bias(out, b):
 
 
 @ijit
+def _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache):
+    """After the Q/K/V product: the biases, rope of q and k, the K and V cache cells pos[0] (F16)."""
+    n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors = rope_args
+    H, D = q_r.shape[1], q_r.shape[2]
+    Hkv = k_r.shape[1]
+    _add_bias(q, biases[0])
+    _add_bias(k, biases[1])
+    _add_bias(v, biases[2])
+    _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, n_rot, neox, freq_base, freq_scale,
+                    ext_factor, attn_factor, corr_dims, freq_factors)
+    _store_float(F16, k_cache, k_r, pos)
+    _store_float(F16, v_cache, v.reshape((1, Hkv, D)), pos)
+
+
+@ijit
+def _gate_up_done(gate, up, biases):
+    """After the gate/up product: the biases, gate = silu(gate) * up."""
+    _add_bias(gate, biases[4])
+    _add_bias(up, biases[5])
+    _swiglu_serial(gate, up, gate, True)
+
+
+@ijit
 def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs):
     """One token through one block, in graph order (synapse_cli/model.py, Context._forward_ubatch):
 
@@ -114,26 +148,14 @@ def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs):
      v_cache) = lw
     rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads = shared
     q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out = bufs
-    n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors = rope_args
-    H, D = q_r.shape[1], q_r.shape[2]
-    Hkv = k_r.shape[1]
     _product(QKV, qkv_pre, cur, q, k, v, n_threads, qkv_pf)
-    _add_bias(q, biases[0])
-    _add_bias(k, biases[1])
-    _add_bias(v, biases[2])
-    _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, n_rot, neox, freq_base, freq_scale,
-                    ext_factor, attn_factor, corr_dims, freq_factors)
-    v3 = v.reshape((1, Hkv, D))
-    _store_float(F16, k_cache, k_r, pos)
-    _store_float(F16, v_cache, v3, pos)
+    _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache)
     one_row_attend(q_r, k_cache[:n_kv], v_cache[:n_kv], n_kv, kv_pos, pos, kq_scale, kqv, parts, n_threads)
     _product(O, o_pre, kqv, attn_out, attn_out, attn_out, n_threads, o_pf)
     _add_bias(attn_out, biases[3])
     _add_rms_norm_mul_serial(attn_out, x, ffn_inp, eps, ffn_norm, cur)
     _product(GATE_UP, gu_pre, cur, gate, up, gate, n_threads, gu_pf)  # (slot 2 unused, as FusedGemv)
-    _add_bias(gate, biases[4])
-    _add_bias(up, biases[5])
-    _swiglu_serial(gate, up, gate, True)
+    _gate_up_done(gate, up, biases)
     _product(DOWN, down_pre, gate, ffn_out, ffn_out, ffn_out, n_threads, down_pf)
     _add_bias(ffn_out, biases[6])
     _add_rms_norm_mul_serial(ffn_out, ffn_inp, x, eps, next_norm, normed)
@@ -175,6 +197,114 @@ def decode_layers_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
             _block(QKV, O, GATE_UP, DOWN, layers[il], x, cur, eps, normed, shared, bufs)
 
     return decode_layers
+
+
+# ------------------------------------------------------------------ all blocks in ONE parallel region
+
+@ijit
+def _product_chunk(KIND, tid, nt, st, gen, pre, x, s, o0, o1, o2, pf):
+    """A 32-weight product inside the region: thread 0 quantizes x into the scratch s, the threads meet, each
+    computes its chunk of the rows, and they meet again (the outputs complete). Returns the generation."""
+    w0, w1, w2, n_w = pre
+    if tid == 0:
+        q32_prepare(KIND, x, s)
+    gen = barrier(st, nt, gen)
+    q32_chunk(KIND, tid, nt, w0, w1, w2, n_w, s, o0, o1, o2, pf)
+    return barrier(st, nt, gen)
+
+
+@ijit
+def _block_region(QKV, O, GATE_UP, DOWN, tid, nt, st, gen, lw, x, cur, eps, normed, shared, bufs, scratch):
+    """_block's operations, in its order, by thread tid of nt inside one parallel region: the products and the
+    attention cut into the chunks and items their own parallel kernels give thread tid, the small serial steps
+    on thread 0, a barrier wherever a thread reads what another wrote. The same operations on the same values:
+    the same bits as _block. Returns the barrier generation."""
+    (ffn_norm, next_norm, qkv_pre, qkv_pf, o_pre, o_pf, gu_pre, gu_pf, down_pre, down_pf, biases, k_cache,
+     v_cache) = lw
+    rope_args, pos, n_kv, kv_pos, kq_scale, parts, _ = shared
+    q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out = bufs
+    s_embd, s_attn, s_ff = scratch  # quantized activations of n_embd, H*D and n_ff values
+    gen = _product_chunk(QKV, tid, nt, st, gen, qkv_pre, cur, s_embd, q, k, v, qkv_pf)
+    kc, vc = k_cache[:n_kv], v_cache[:n_kv]
+    serial = on_calling_thread(1, q_r.shape[1], q_r.shape[2], n_kv, pos, nt)  # (as one_row_attend)
+    if tid == 0:
+        _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache)
+        if serial:
+            _one_row_items(q_r, kc, vc, n_kv, kv_pos, pos, kq_scale, kqv, 1, 0, 1)
+    if not serial:
+        gen = barrier(st, nt, gen)
+        _one_row_items(q_r, kc, vc, n_kv, kv_pos, pos, kq_scale, kqv, parts, tid, nt)
+        gen = barrier(st, nt, gen)  # (kqv complete before thread 0 quantizes it)
+    gen = _product_chunk(O, tid, nt, st, gen, o_pre, kqv, s_attn, attn_out, attn_out, attn_out, o_pf)
+    if tid == 0:
+        _add_bias(attn_out, biases[3])
+        _add_rms_norm_mul_serial(attn_out, x, ffn_inp, eps, ffn_norm, cur)
+    gen = _product_chunk(GATE_UP, tid, nt, st, gen, gu_pre, cur, s_embd, gate, up, gate, gu_pf)
+    if tid == 0:
+        _gate_up_done(gate, up, biases)
+    gen = _product_chunk(DOWN, tid, nt, st, gen, down_pre, gate, s_ff, ffn_out, ffn_out, ffn_out, down_pf)
+    if tid == 0:
+        _add_bias(ffn_out, biases[6])
+        _add_rms_norm_mul_serial(ffn_out, ffn_inp, x, eps, next_norm, normed)
+    return gen
+
+
+ONE_REGION = True  # region_applies may say yes (the warm-up helper turns it off to compile decode_layers_for too)
+_threads_at_once = None  # _layer_runs_threads_at_once(), once known
+
+
+def _layer_runs_threads_at_once() -> bool:
+    """Whether numba's threading layer runs a prange's chunks on that many threads at once, as the barriers need:
+    OpenMP and numba's workqueue do; TBB tasks may run one after another on one thread."""
+    global _threads_at_once
+    if _threads_at_once is None:
+        try:
+            _threads_at_once = numba.threading_layer() in ("omp", "workqueue")
+        except ValueError:  # no parallel kernel has run yet: not known
+            return False
+    return _threads_at_once
+
+
+def region_applies(kinds, n_kv: int, G: int, parts: int, n_threads: int) -> bool:
+    """Whether decode_layers_region_for runs a token's blocks: 32-weight products only, an attention the one-row
+    items cover (not _one_token_phases' long views, which stay with decode_layers_for) and a threading layer
+    whose threads meet at barriers."""
+    return (ONE_REGION and all(k < N_Q32 for k in kinds) and not in_phases(1, n_kv, G, parts, n_threads)
+            and (n_threads == 1 or _layer_runs_threads_at_once()))
+
+
+@functools.lru_cache(maxsize=None)
+def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
+    """decode_layers in ONE parallel region (32-weight products only, region_applies): its nt threads go through
+    every block together, meeting at spin barriers (kernels/spin.py, ~0.3 us) instead of starting the ~5
+    parallel regions a block (~2.5 us each; SmolLM2: ~150 a token). nt must be the number of threads numba runs
+    the prange on (numba.get_num_threads()), or the barriers wait forever; any nt gives the same bits."""
+
+    @jit
+    def region_thread(tid, nt, st, layers, x, cur, eps, normed_last, box):
+        """Thread tid's part of every block (_block_region)."""
+        shared, bufs, scratch = box[0]
+        n = len(layers)
+        gen = 0
+        for il in range(n):
+            normed = normed_last
+            if il < n - 1:
+                normed = cur
+            gen = _block_region(QKV, O, GATE_UP, DOWN, tid, nt, st, gen, layers[il], x, cur, eps, normed, shared,
+                                bufs, scratch)
+
+    @pjit
+    def decode_layers_region(layers, x, cur, eps, normed_last, shared, bufs, nt):
+        st = np.zeros(STATE_SIZE, np.int64)
+        # the tuples the threads share, in a typed List: a parfor passes arrays and lists to its threads, not
+        # tuples of arrays
+        box = typed.List()
+        box.append((shared, bufs, (q32_scratch(cur.shape[1]), q32_scratch(bufs[5].shape[1]),
+                                   q32_scratch(bufs[8].shape[1]))))
+        for tid in numba.prange(nt):
+            region_thread(tid, nt, st, layers, x, cur, eps, normed_last, box)
+
+    return decode_layers_region
 
 
 @jit

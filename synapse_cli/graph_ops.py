@@ -18,7 +18,7 @@ import numpy as np
 
 from kernels import layer
 from kernels.activations import swiglu
-from kernels.config import work_chunks
+from kernels.config import get_num_threads, work_chunks
 from kernels.flash_attn import PATH_ONE_ROW, fa_path, head_parts
 from kernels.matmul import matmul, matmul_many
 from kernels.norm import add, add_rms_norm_mul, mul_rows, rms_norm, rms_norm_mul
@@ -90,9 +90,16 @@ class GraphOps:
         layers = self.ctx.layer_list() if self._block is not None else None
         if layers is None:
             return False
-        decode_layers = layer.decode_layers_for(*self.ctx.model.layers[0].block_kinds)
-        decode_layers(layers, x, cur, self.hp.f_norm_rms_eps, normed_last, self._block,
-                      (q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out))
+        kinds = self.ctx.model.layers[0].block_kinds
+        bufs = (q, k, v, q_r, k_r, kqv_out, attn_out, ffn_inp, gate, up, ffn_out)
+        hp = self.hp
+        nt = get_num_threads()  # the region's threads: numba's own count, or its barriers would wait forever
+        parts = head_parts(1, hp.n_head_kv, hp.n_head // hp.n_head_kv, nt)
+        if layer.region_applies(kinds, self.n_kv, hp.n_head_kv, parts, nt):
+            shared = self._block[:5] + (parts, nt)
+            layer.decode_layers_region_for(*kinds)(layers, x, cur, hp.f_norm_rms_eps, normed_last, shared, bufs, nt)
+        else:
+            layer.decode_layers_for(*kinds)(layers, x, cur, hp.f_norm_rms_eps, normed_last, self._block, bufs)
         return True
 
     # --- input, norms, output

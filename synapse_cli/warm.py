@@ -123,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx.decode([0] * 16)  # (a 16-token batch: every batch path a short prompt takes)
     if ctx.batch_invariant:
         ctx.decode([0] * 48)  # a longer prompt's: the K-quant gemms with the tokens in the lanes (5-8 s each)
-        ctx.decode([0])  # one token's blocks as one call (kernels/layer.py)
+        ctx.decode([0])  # one token's blocks as one call, in one parallel region (kernels/layer.py)
+        from kernels import layer
+
+        layer.ONE_REGION = False
+        ctx.decode([0])  # ... and with a region per product, as tokens over long views take them
     if stem is not None:
         stem.with_suffix(".done").touch()
         stem.with_suffix(".pid").unlink(missing_ok=True)

@@ -240,6 +240,38 @@ def test_one_call_blocks_equal_the_operations(name, monkeypatch):
                 assert np.array_equal(a, b) and np.array_equal(c, d)
 
 
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_1", "tiny-qwen2-Q8_0"])
+def test_one_region_decode_equals_the_operations(name, monkeypatch):
+    """kernels/layer.decode_layers_region_for (a token's blocks in ONE parallel region, its threads meeting at
+    spin barriers) runs every token of a 32-weight model at 1 and 2 threads, and gives the op-by-op path's bits:
+    every token's logits and the caches over 140 tokens (the attention cut between the threads from 128 cells),
+    with qwen2's biases."""
+    from kernels import layer
+
+    regions = []
+    real = layer.decode_layers_region_for
+
+    def counted(*kinds):
+        run = real(*kinds)
+        return lambda *args: (regions.append(args[-1]), run(*args))
+
+    model = _load(name)
+    for threads in (1, 2):
+        ref, ref_k, ref_v, _ = at_thread_counts(
+            lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=False), (threads,))[0]
+        regions.clear()
+
+        def region_run():
+            monkeypatch.setattr(layer, "decode_layers_region_for", counted)
+            return _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=True)
+
+        got, ks, vs, _ = at_thread_counts(region_run, (threads,))[0]
+        assert regions == [threads] * len(LONG_PROMPT)
+        bad = np.argwhere(got != ref)
+        assert bad.size == 0, f"{threads} threads: logits differ first at (token, id) {bad[0]}"
+        assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
+
+
 def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     """Past 512 cells at 3 threads the tiny models' 2 KV heads do not share evenly, and one token's attention
     runs in three phases (flash_attn._one_token_phases) inside the block: the same bits as the op-by-op path with
@@ -248,12 +280,15 @@ def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     import kernels.flash_attn
     from kernels.flash_attn import head_parts, in_phases
 
+    from kernels import layer
+
     model = _load("tiny-qwen2-Q8_0")
     assert in_phases(1, 512, 2, head_parts(1, 2, 2, 3), 3)
     tokens = (LONG_PROMPT * 3)[:300]
     runs = []
     for blocks in (False, True):
         monkeypatch.setattr(kernels.config, "_threads", 3)  # 3 chunks of work (on however many cores)
+        monkeypatch.setattr(layer, "ONE_REGION", False)  # (decode_layers_region_for: numba's thread count)
         if not blocks:
             monkeypatch.setattr(kernels.flash_attn, "in_phases", lambda *args: False)
         runs.append(_decode_one_by_one(model, tokens, monkeypatch, blocks=blocks))

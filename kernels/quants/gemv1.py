@@ -135,34 +135,94 @@ def gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, 
         _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, yd, sums, o0, o1, o2, pf)
 
 
-# One entry per format, its layout constants (as in each format module) passed down to q32.gemv_group: numba
-# compiles the spans of the formats a model uses, not all five (the cold first run, issue #16). The entries are
-# serial functions that call the parallel kernel (its prange runs as usual).
+# Each 32-weight format's layout constants (as in its format module) passed down to q32.gemv_group: (GB, QH, QS,
+# HAS_M, SUB, MODE, Q8) and, for the Q8_0-activation formats, SUMS4 (gemv_many_q8_0); by entry number F (the
+# order of Q32_ENTRIES below). A constant F lets numba compile the spans of the formats a model uses, not all five
+# (the cold first run, issue #16).
+
+@ijit
+def q32_layout(F):
+    if F == 0:  # Q4_1
+        return 160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, 0
+    if F == 1:  # Q5_1
+        return 192 * XS, 32 * XS, 64 * XS, True, 0, q32.LANES_M, False, 0
+    if F == 2:  # Q4_0 (generic order: per-block sums)
+        return 144, -1, 16, False, 8, q32.SUMI_FMA, False, 0
+    if F == 3:  # Q5_0
+        return 176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, -16
+    return 272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, -q32.Q8_SUB  # Q8_0
+
+
+# One entry per format: serial functions that call the parallel kernel (its prange runs as usual).
 
 @jit
 def gemv_q4_1(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_1(160 * XS, -1, 32 * XS, True, 0, q32.LANES_M, False, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, _ = q32_layout(0)
+    gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
 
 
 @jit
 def gemv_q5_1(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_1(192 * XS, 32 * XS, 64 * XS, True, 0, q32.LANES_M, False, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, _ = q32_layout(1)
+    gemv_many_q8_1(GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
 
 
 @jit
 def gemv_q4_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_0(144, -1, 16, False, 8, q32.SUMI_FMA, False, 0, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4 = q32_layout(2)
+    gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
 
 
 @jit
 def gemv_q5_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_0(176 * XS, 16 * XS, 48 * XS, False, 16, q32.LANES, False, -16, w0, w1, w2, n_w, x, o0, o1, o2,
-                   nt, pf)
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4 = q32_layout(3)
+    gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
 
 
 @jit
 def gemv_q8_0(w0, w1, w2, n_w, x, o0, o1, o2, nt, pf):
-    gemv_many_q8_0(272 * XS, -1, 16 * XS, False, q32.Q8_SUB, q32.LANES, True, -q32.Q8_SUB, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4 = q32_layout(4)
+    gemv_many_q8_0(GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4, w0, w1, w2, n_w, x, o0, o1, o2, nt, pf)
+
+
+Q32_ENTRIES = (gemv_q4_1, gemv_q5_1, gemv_q4_0, gemv_q5_0, gemv_q8_0)  # entry F of q32_layout
+
+
+# The same product split into its serial and parallel halves, for a caller that is already inside a parallel
+# region (kernels/layer.py's one-region decode): one thread quantizes x into the scratch, the threads meet, and
+# each computes its chunk, the rows gemv_many_q8_1 / gemv_many_q8_0 give chunk c of nt.
+
+@jit
+def q32_scratch(K):
+    """One row's quantized activations for q32_prepare and q32_chunk: (qa, d16, yd, s16, ys, asum, asum4)."""
+    qa, d16, yd = _q8_row_arrays(K)
+    return (qa, d16, yd, np.empty_like(d16), np.empty_like(yd), np.empty(yd.shape, np.int32),
+            np.empty((1, K // 4), np.int32))
+
+
+@ijit
+def q32_prepare(F, x, s):
+    """x (1, K) f32 quantized into the scratch s for entry F, as gemv_many_q8_1 (F 0, 1) / gemv_many_q8_0 do."""
+    qa, d16, yd, s16, ys, asum, asum4 = s
+    SUMS4 = q32_layout(F)[7]
+    if F <= 1:
+        q8_1_row(x, 0, qa, d16, yd, s16, ys)
+    else:
+        q8_0_row(x, 0, qa, d16, yd)
+        _block_sums_row(qa, asum, 1)
+        _block_sums_row(qa, asum4, SUMS4 if SUMS4 != 0 else -128)
+
+
+@ijit
+def q32_chunk(F, c, nt, w0, w1, w2, n_w, s, o0, o1, o2, pf):
+    """Chunk c of nt of entry F's product of the n_w first weights, from q32_prepare's scratch s."""
+    GB, QH, QS, HAS_M, SUB, MODE, Q8, SUMS4 = q32_layout(F)
+    qa, d16, yd, s16, ys, asum, asum4 = s
+    if F <= 1:
+        _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, ys, asum, o0, o1, o2, pf)
+    else:
+        _chunk(c, nt, GB, QH, QS, HAS_M, SUB, MODE, Q8, w0, w1, w2, n_w, qa, yd, yd,
+               asum4 if SUMS4 != 0 else asum, o0, o1, o2, pf)
 
 
 # (activation kind, format code) of matmul._FUSED -> the format's entry
