@@ -23,7 +23,7 @@ one pointer; a tuple of 30 tuples would be typed element by element on every cal
 
 Inside that call every product and the attention still started a parallel region of its own (~2.5 us each,
 ~150 a SmolLM2 token). `decode_layers_region_for` runs all of a token's blocks in ONE region where the products
-are 32-weight formats: its threads take the same chunks of every product and the same attention items as those
+are gemv1's (the 32-weight formats and the K-quants): its threads take the same chunks of every product and the same attention items as those
 kernels' own regions would give them, thread 0 does the small serial steps, and they meet at spin barriers
 (kernels/spin.py) wherever one reads what another wrote.
 """
@@ -45,7 +45,7 @@ from kernels.kv_cache import F16, _store_float
 from kernels.norm import _add_rms_norm_mul_serial
 from kernels.quants.gemv1 import (
     Q32_ENTRIES, gemv_many_q8_K, gemv_q4_0, gemv_q4_1, gemv_q5_0, gemv_q5_1, gemv_q8_0, q32_chunk, q32_prepare,
-    q32_scratch,
+    q32_scratch, q8K_chunk, q8K_prepare, q8K_scratch,
 )
 from kernels.quants.fp4 import gemv_mxfp4
 from kernels.quants.iq4 import gemv_iq4_nl, gemv_iq4_xs
@@ -57,6 +57,7 @@ from kernels.spin import STATE_SIZE, barrier
 # block's four products and compiles only those kernels (the others' branches are pruned: kinds are constants).
 PRODUCT_KERNELS = (*Q32_ENTRIES, gemv_many_q8_K, gemv_iq4_nl, gemv_iq4_xs, gemv_mxfp4)
 N_Q32 = len(Q32_ENTRIES)  # kinds below this: the 32-weight formats (gemv1.q32_layout's entry numbers)
+Q8_K_KIND = N_Q32  # gemv_many_q8_K's: the K-quants
 
 
 def product_kind(kernel) -> int:
@@ -203,13 +204,22 @@ def decode_layers_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
 
 @ijit
 def _product_chunk(KIND, tid, nt, st, gen, pre, x, s, o0, o1, o2, pf):
-    """A 32-weight product inside the region: thread 0 quantizes x into the scratch s, the threads meet, each
-    computes its chunk of the rows, and they meet again (the outputs complete). Returns the generation."""
-    w0, w1, w2, n_w = pre
-    if tid == 0:
-        q32_prepare(KIND, x, s)
-    gen = barrier(st, nt, gen)
-    q32_chunk(KIND, tid, nt, w0, w1, w2, n_w, s, o0, o1, o2, pf)
+    """A product inside the region: thread 0 quantizes x into its scratch (s: a q32 and a Q8_K scratch), the
+    threads meet, each computes its chunk of the rows, and they meet again (the outputs complete). Returns the
+    generation."""
+    s32, s8K = s
+    if KIND == Q8_K_KIND:
+        f0, w0, f1, w1, f2, w2, n_w = pre
+        if tid == 0:
+            q8K_prepare(x, s8K)
+        gen = barrier(st, nt, gen)
+        q8K_chunk(tid, nt, f0, w0, f1, w1, f2, w2, n_w, s8K, o0, o1, o2, pf)
+    else:
+        w0, w1, w2, n_w = pre
+        if tid == 0:
+            q32_prepare(KIND, x, s32)
+        gen = barrier(st, nt, gen)
+        q32_chunk(KIND, tid, nt, w0, w1, w2, n_w, s32, o0, o1, o2, pf)
     return barrier(st, nt, gen)
 
 
@@ -266,16 +276,16 @@ def _layer_runs_threads_at_once() -> bool:
 
 
 def region_applies(kinds, n_kv: int, G: int, parts: int, n_threads: int) -> bool:
-    """Whether decode_layers_region_for runs a token's blocks: 32-weight products only, an attention the one-row
-    items cover (not _one_token_phases' long views, which stay with decode_layers_for) and a threading layer
-    whose threads meet at barriers."""
-    return (ONE_REGION and all(k < N_Q32 for k in kinds) and not in_phases(1, n_kv, G, parts, n_threads)
+    """Whether decode_layers_region_for runs a token's blocks: gemv1's products (32-weight formats, K-quants), an
+    attention the one-row items cover (not _one_token_phases' long views, which stay with decode_layers_for) and
+    a threading layer whose threads meet at barriers."""
+    return (ONE_REGION and all(k <= Q8_K_KIND for k in kinds) and not in_phases(1, n_kv, G, parts, n_threads)
             and (n_threads == 1 or _layer_runs_threads_at_once()))
 
 
 @functools.lru_cache(maxsize=None)
 def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
-    """decode_layers in ONE parallel region (32-weight products only, region_applies): its nt threads go through
+    """decode_layers in ONE parallel region (gemv1's products, region_applies): its nt threads go through
     every block together, meeting at spin barriers (kernels/spin.py, ~0.3 us) instead of starting the ~5
     parallel regions a block (~2.5 us each; SmolLM2: ~150 a token). nt must be the number of threads numba runs
     the prange on (numba.get_num_threads()), or the barriers wait forever; any nt gives the same bits."""
@@ -299,8 +309,9 @@ def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
         # the tuples the threads share, in a typed List: a parfor passes arrays and lists to its threads, not
         # tuples of arrays
         box = typed.List()
-        box.append((shared, bufs, (q32_scratch(cur.shape[1]), q32_scratch(bufs[5].shape[1]),
-                                   q32_scratch(bufs[8].shape[1]))))
+        K_embd, K_attn, K_ff = cur.shape[1], bufs[5].shape[1], bufs[8].shape[1]
+        box.append((shared, bufs, ((q32_scratch(K_embd), q8K_scratch(K_embd)), (q32_scratch(K_attn), q8K_scratch(K_attn)),
+                                   (q32_scratch(K_ff), q8K_scratch(K_ff)))))
         for tid in numba.prange(nt):
             region_thread(tid, nt, st, layers, x, cur, eps, normed_last, box)
 

@@ -39,6 +39,16 @@ TraceHook = Callable[[str, str, np.ndarray, list, str], None]
 _NO_BIAS = np.zeros(0, np.float32)  # a bias the model does not have (kernels/layer.py)
 
 
+def _read_only(a):
+    """a as a read-only array (a view), other values as they are: a weight's packed array is writable where a
+    repack made it and read-only where the kernels read the file's rows as stored (Q6_K), two numba types; the
+    one-call blocks (kernels/layer.py) take every layer's arrays in one typed List, whose items must share one."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 @dataclass
 class LayerWeights:
     attn_norm: np.ndarray  # (n_embd,) f32
@@ -88,7 +98,7 @@ class LayerWeights:
             calls = ((self.qkv_gemv.kern, self.qkv_gemv.pre, self.qkv_gemv.pf), self.attn_output._solo,
                      (self.gate_up_gemv.kern, self.gate_up_gemv.pre, self.gate_up_gemv.pf), self.ffn_down._solo)
             self.block_kinds = tuple(product_kind(kern) for kern, _, _ in calls)
-            self.block_products = tuple(a for _, pre, pf in calls for a in (pre, pf))
+            self.block_products = tuple(a for _, pre, pf in calls for a in (tuple(map(_read_only, pre)), pf))
         if self.has_scales:  # (kernels/layer.py's one-call block has no scale step: such blocks run op by op)
             self.block_kinds = self.block_products = None
         self.block_biases = tuple(_NO_BIAS if b is None else np.array(b, np.float32).reshape(-1) for b in (

@@ -240,10 +240,11 @@ def test_one_call_blocks_equal_the_operations(name, monkeypatch):
                 assert np.array_equal(a, b) and np.array_equal(c, d)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama-Q4_1", "tiny-qwen2-Q8_0"])
+@pytest.mark.parametrize("name", ["tiny-llama-Q4_1", "tiny-qwen2-Q8_0", "tiny-qwen2-Q4_K_M", "tiny-llama-Q6_K"])
 def test_one_region_decode_equals_the_operations(name, monkeypatch):
     """kernels/layer.decode_layers_region_for (a token's blocks in ONE parallel region, its threads meeting at
-    spin barriers) runs every token of a 32-weight model at 1 and 2 threads, and gives the op-by-op path's bits:
+    spin barriers) runs every token of a 32-weight or K-quant model at 1 and 2 threads, and gives the op-by-op
+    path's bits:
     every token's logits and the caches over 140 tokens (the attention cut between the threads from 128 cells),
     with qwen2's biases."""
     from kernels import layer

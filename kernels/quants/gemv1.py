@@ -269,21 +269,37 @@ def _k_rows(F, w, n0, n1, qp, qs, bsums, yd, bs32, out, pf):
             out[0, n1 - 1] = q6_k.row_dot_x86(w, n1 - 1, qs, bsums, yd, 0, pf)
 
 
+@jit
+def q8K_scratch(K):
+    """One row's Q8_K activations for q8K_prepare and q8K_chunk: (qs, d, bsums, qp, bs32)."""
+    return (np.empty((1, K), np.int8), np.empty((1, K // QK_K), np.float32), np.empty((1, K // 16), np.int16),
+            np.empty((1, K), np.int8), np.empty((1, K // 32), np.int16))
+
+
+@ijit
+def q8K_prepare(x, s):
+    """x (1, K) f32 quantized into the scratch s (quantize_q8_K, then the Q4_K kernels' layout)."""
+    qs, d, bsums, qp, bs32 = s
+    _prep_q8K_row(x, qs, d, bsums, qp, bs32)
+
+
+@ijit
+def q8K_chunk(c, nt, f0, w0, f1, w1, f2, w2, n_w, s, o0, o1, o2, pf):
+    """Chunk c of nt of the n_w first K-quant weights' products (their rows c*N/nt .. (c+1)*N/nt), from s."""
+    qs, d, bsums, qp, bs32 = s
+    N0 = w0.shape[0]
+    N1 = w1.shape[0] if n_w > 1 else 0
+    N2 = w2.shape[0] if n_w > 2 else 0
+    _k_rows(f0, w0, c * N0 // nt, (c + 1) * N0 // nt, qp, qs, bsums, d, bs32, o0, pf)
+    _k_rows(f1, w1, c * N1 // nt, (c + 1) * N1 // nt, qp, qs, bsums, d, bs32, o1, pf)
+    _k_rows(f2, w2, c * N2 // nt, (c + 1) * N2 // nt, qp, qs, bsums, d, bs32, o2, pf)
+
+
 @pjit
 def gemv_many_q8_K(f0, w0, f1, w1, f2, w2, n_w, x, o0, o1, o2, nt, pf):
     """x (1, K) f32 -> o_i (1, N_i) = W_i x for the n_w first repacked K-quant weights w_i (N_i, row bytes),
     format codes f_i (Q4_K 0, Q6_K 1)."""
-    K = x.shape[1]
-    qs = np.empty((1, K), np.int8)
-    d = np.empty((1, K // QK_K), np.float32)
-    bsums = np.empty((1, K // 16), np.int16)
-    qp = np.empty((1, K), np.int8)
-    bs32 = np.empty((1, K // 32), np.int16)
-    _prep_q8K_row(x, qs, d, bsums, qp, bs32)
-    N0 = w0.shape[0]
-    N1 = w1.shape[0] if n_w > 1 else 0
-    N2 = w2.shape[0] if n_w > 2 else 0
+    s = q8K_scratch(x.shape[1])
+    q8K_prepare(x, s)
     for c in prange(nt):
-        _k_rows(f0, w0, c * N0 // nt, (c + 1) * N0 // nt, qp, qs, bsums, d, bs32, o0, pf)
-        _k_rows(f1, w1, c * N1 // nt, (c + 1) * N1 // nt, qp, qs, bsums, d, bs32, o1, pf)
-        _k_rows(f2, w2, c * N2 // nt, (c + 1) * N2 // nt, qp, qs, bsums, d, bs32, o2, pf)
+        q8K_chunk(c, nt, f0, w0, f1, w1, f2, w2, n_w, s, o0, o1, o2, pf)
