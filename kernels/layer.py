@@ -290,30 +290,28 @@ def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
     parallel regions a block (~2.5 us each; SmolLM2: ~150 a token). nt must be the number of threads numba runs
     the prange on (numba.get_num_threads()), or the barriers wait forever; any nt gives the same bits."""
 
-    @jit
-    def region_thread(tid, nt, st, layers, x, cur, eps, normed_last, box):
-        """Thread tid's part of every block (_block_region)."""
-        shared, bufs, scratch = box[0]
-        n = len(layers)
-        gen = 0
-        for il in range(n):
-            normed = normed_last
-            if il < n - 1:
-                normed = cur
-            gen = _block_region(QKV, O, GATE_UP, DOWN, tid, nt, st, gen, layers[il], x, cur, eps, normed, shared,
-                                bufs, scratch)
-
     @pjit
     def decode_layers_region(layers, x, cur, eps, normed_last, shared, bufs, nt):
         st = np.zeros(STATE_SIZE, np.int64)
         # the tuples the threads share, in a typed List: a parfor passes arrays and lists to its threads, not
         # tuples of arrays
         box = typed.List()
-        K_embd, K_attn, K_ff = cur.shape[1], bufs[5].shape[1], bufs[8].shape[1]
-        box.append((shared, bufs, ((q32_scratch(K_embd), q8K_scratch(K_embd)), (q32_scratch(K_attn), q8K_scratch(K_attn)),
-                                   (q32_scratch(K_ff), q8K_scratch(K_ff)))))
+        K_embd, K_attn, K_ff = cur.shape[1], bufs[5].shape[1], bufs[8].shape[1]  # (n_embd, H*D, n_ff)
+        scratch = ((q32_scratch(K_embd), q8K_scratch(K_embd)), (q32_scratch(K_attn), q8K_scratch(K_attn)),
+                   (q32_scratch(K_ff), q8K_scratch(K_ff)))
+        box.append((shared, bufs, scratch))
+        n = len(layers)
+        # thread tid's part of every block (the body here, not a jitted closure: a function whose closure holds
+        # a dispatcher gets a new cache entry, and a recompile, in every process)
         for tid in numba.prange(nt):
-            region_thread(tid, nt, st, layers, x, cur, eps, normed_last, box)
+            sh, bu, sc = box[0]
+            gen = 0
+            for il in range(n):
+                normed = normed_last
+                if il < n - 1:
+                    normed = cur
+                gen = _block_region(QKV, O, GATE_UP, DOWN, tid, nt, st, gen, layers[il], x, cur, eps, normed, sh, bu,
+                                    sc)
 
     return decode_layers_region
 
