@@ -298,6 +298,17 @@ def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
 
 
+def test_one_call_block_functions_close_over_ints_only():
+    """numba caches a jitted function whose closure holds a dispatcher per process: each run recompiled it (the
+    one-region decode's first form: ~10 s a run). kernels/layer.py's block functions close over the product
+    kinds only."""
+    from kernels import layer
+
+    for make in (layer.decode_block_for, layer.decode_layers_for, layer.decode_layers_region_for):
+        fn = make(0, 0, 0, 5).py_func
+        assert all(type(c.cell_contents) is int for c in fn.__closure__ or ()), make.__name__
+
+
 def test_layers_of_other_types_go_block_by_block(monkeypatch):
     """A layer whose arrays have another numba type (a strided norm weight here) cannot join the others in
     decode_layers' typed List: Context.layer_list says so (None) and tokens go block by block, the same bits."""
