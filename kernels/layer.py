@@ -21,7 +21,7 @@ in one process, benchmarks/RESULTS.md). The layers' own arrays (norm weights, pr
 travel as one numba typed List of per-layer tuples, made once per context by `layer_list` (unboxing it is
 one pointer; a tuple of 30 tuples would be typed element by element on every call).
 
-Inside that call every product and the attention still started a parallel region of its own (~2.5 us each,
+Inside that call every product and the attention still started a parallel region of its own (1.1-2.5 us each,
 ~150 a SmolLM2 token). `decode_layers_region_for` runs all of a token's blocks in ONE region where the products
 are gemv1's (the 32-weight formats and the K-quants): its threads take the same chunks of every product and the same attention items as those
 kernels' own regions would give them, thread 0 does the small serial steps, and they meet at spin barriers
@@ -286,8 +286,8 @@ def region_applies(kinds, n_kv: int, G: int, parts: int, n_threads: int) -> bool
 @functools.lru_cache(maxsize=None)
 def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
     """decode_layers in ONE parallel region (gemv1's products, region_applies): its nt threads go through
-    every block together, meeting at spin barriers (kernels/spin.py, ~0.3 us) instead of starting the ~5
-    parallel regions a block (~2.5 us each; SmolLM2: ~150 a token). nt must be the number of threads numba runs
+    every block together, meeting at spin barriers (kernels/spin.py, 0.05-0.3 us) instead of starting the ~5
+    parallel regions a block (1.1-2.5 us each; SmolLM2: ~150 a token). nt must be the number of threads numba runs
     the prange on (numba.get_num_threads()), or the barriers wait forever; any nt gives the same bits."""
 
     @pjit

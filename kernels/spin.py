@@ -1,8 +1,9 @@
 """A spin barrier for the threads of one parallel region (kernels/layer.py's one-region decode, issue #20).
 
-numba starts a parallel region (a prange) through its scheduler: about 2.5 us on a 2-core Zen 4 from compiled
-code, empty (benchmarks/RESULTS.md), and a decoded SmolLM2 token ran ~150 of them (4 products and the attention a
-layer). Inside ONE region, threads that meet at a barrier instead pay about 0.3 us each time. This module gives
+numba starts a parallel region (a prange) through its scheduler: 1.1-2.5 us on a 2-core Zen 4 from compiled
+code, empty, and a decoded SmolLM2 token ran ~150 of them (4 products and the attention a layer). Inside ONE
+region, threads that meet at a barrier instead pay 0.05-0.3 us each time (`python benchmarks/region_cost.py`;
+the VM's speed moved between runs). This module gives
 the barrier: an atomic counter of arrivals and a generation number, each on its own cache line of a small int64
 array `st` (zeros, 16 elements) that the region's threads share:
 
