@@ -49,7 +49,7 @@ from kernels.quants.gemv1 import (
 )
 from kernels.quants.fp4 import gemv_mxfp4
 from kernels.quants.iq4 import gemv_iq4_nl, gemv_iq4_xs
-from kernels.rope import _rope_qk_serial
+from kernels.rope import rope_cache_one, rope_qk_one
 from kernels.spin import STATE_SIZE, barrier
 
 
@@ -100,16 +100,23 @@ def _add_bias(out, b):
 
 
 @ijit
-def _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache):
-    """After the Q/K/V product: the biases, rope of q and k, the K and V cache cells pos[0] (F16)."""
+def _rope_cos_sin(rope_args, pos):
+    """The token's rope cache (cos, sin pairs), the same for every layer: made once a token (ggml: per layer)."""
     n_rot, neox, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors = rope_args
+    return rope_cache_one(pos, n_rot, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors)
+
+
+@ijit
+def _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, cos_sin, k_cache, v_cache):
+    """After the Q/K/V product: the biases, rope of q and k (cos_sin: _rope_cos_sin), the K and V cache cells
+    pos[0] (F16)."""
+    n_rot, neox = rope_args[0], rope_args[1]
     H, D = q_r.shape[1], q_r.shape[2]
     Hkv = k_r.shape[1]
     _add_bias(q, biases[0])
     _add_bias(k, biases[1])
     _add_bias(v, biases[2])
-    _rope_qk_serial(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, n_rot, neox, freq_base, freq_scale,
-                    ext_factor, attn_factor, corr_dims, freq_factors)
+    rope_qk_one(q.reshape((1, H, D)), k.reshape((1, Hkv, D)), pos, q_r, k_r, n_rot, neox, rope_args[7], cos_sin)
     _store_float(F16, k_cache, k_r, pos)
     _store_float(F16, v_cache, v.reshape((1, Hkv, D)), pos)
 
@@ -123,7 +130,7 @@ def _gate_up_done(gate, up, biases):
 
 
 @ijit
-def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs):
+def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs, cos_sin):
     """One token through one block, in graph order (synapse_cli/model.py, Context._forward_ubatch):
 
         q, k, v = Wq cur (+ bq), Wk cur (+ bk), Wv cur (+ bv)       one fused product (qkv_*)
@@ -150,7 +157,7 @@ def _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs):
     rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads = shared
     q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out = bufs
     _product(QKV, qkv_pre, cur, q, k, v, n_threads, qkv_pf)
-    _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache)
+    _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, cos_sin, k_cache, v_cache)
     one_row_attend(q_r, k_cache[:n_kv], v_cache[:n_kv], n_kv, kv_pos, pos, kq_scale, kqv, parts, n_threads)
     _product(O, o_pre, kqv, attn_out, attn_out, attn_out, n_threads, o_pf)
     _add_bias(attn_out, biases[3])
@@ -176,7 +183,7 @@ def decode_block_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
               v_cache)
         shared = (rope_args, pos, n_kv, kv_pos, kq_scale, parts, n_threads)
         bufs = (q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out)
-        _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs)
+        _block(QKV, O, GATE_UP, DOWN, lw, x, cur, eps, normed, shared, bufs, _rope_cos_sin(rope_args, pos))
 
     return decode_block
 
@@ -191,11 +198,12 @@ def decode_layers_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
         block's normed output (with the output norm as its next_norm) goes to normed_last, the others' to cur
         (the next block's input)."""
         n = len(layers)
+        cos_sin = _rope_cos_sin(shared[0], shared[1])
         for il in range(n):
             normed = normed_last
             if il < n - 1:
                 normed = cur
-            _block(QKV, O, GATE_UP, DOWN, layers[il], x, cur, eps, normed, shared, bufs)
+            _block(QKV, O, GATE_UP, DOWN, layers[il], x, cur, eps, normed, shared, bufs, cos_sin)
 
     return decode_layers
 
@@ -233,12 +241,12 @@ def _block_region(QKV, O, GATE_UP, DOWN, tid, nt, st, gen, lw, x, cur, eps, norm
      v_cache) = lw
     rope_args, pos, n_kv, kv_pos, kq_scale, parts, _ = shared
     q, k, v, q_r, k_r, kqv, attn_out, ffn_inp, gate, up, ffn_out = bufs
-    s_embd, s_attn, s_ff = scratch  # quantized activations of n_embd, H*D and n_ff values
+    s_embd, s_attn, s_ff, cos_sin = scratch  # quantized activations of n_embd, H*D and n_ff values; rope cache
     gen = _product_chunk(QKV, tid, nt, st, gen, qkv_pre, cur, s_embd, q, k, v, qkv_pf)
     kc, vc = k_cache[:n_kv], v_cache[:n_kv]
     serial = on_calling_thread(1, q_r.shape[1], q_r.shape[2], n_kv, pos, nt)  # (as one_row_attend)
     if tid == 0:
-        _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, k_cache, v_cache)
+        _qkv_done(q, k, v, q_r, k_r, biases, rope_args, pos, cos_sin, k_cache, v_cache)
         if serial:
             _one_row_items(q_r, kc, vc, n_kv, kv_pos, pos, kq_scale, kqv, 1, 0, 1)
     if not serial:
@@ -298,7 +306,7 @@ def decode_layers_region_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
         box = typed.List()
         K_embd, K_attn, K_ff = cur.shape[1], bufs[5].shape[1], bufs[8].shape[1]  # (n_embd, H*D, n_ff)
         scratch = ((q32_scratch(K_embd), q8K_scratch(K_embd)), (q32_scratch(K_attn), q8K_scratch(K_attn)),
-                   (q32_scratch(K_ff), q8K_scratch(K_ff)))
+                   (q32_scratch(K_ff), q8K_scratch(K_ff)), _rope_cos_sin(shared[0], shared[1]))
         box.append((shared, bufs, scratch))
         n = len(layers)
         # thread tid's part of every block (the body here, not a jitted closure: a function whose closure holds

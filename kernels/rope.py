@@ -207,6 +207,24 @@ def _rope_qk_parallel(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_sca
         _rope_tokens(q, k, pos, q_out, k_out, t, t + 1, n_dims, neox, prm, freq_factors, CONTRACT)
 
 
+@jit
+def rope_cache_one(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims, freq_factors):
+    """rope_cache for one token (pos (1,) int32), serial: its (cos, sin) pairs, f32 (n_dims,). A decoded token's
+    blocks (kernels/layer.py) make it once for all layers."""
+    theta_scale, fs, ef, af, c0, c1 = _rope_params(n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr_dims)
+    cache = np.empty(n_dims, np.float32)
+    rope_cache_init(pos[0], n_dims, fs, ef, af, c0, c1, theta_scale, freq_factors, cache, CONTRACT)
+    return cache
+
+
+@jit
+def rope_qk_one(q, k, pos, q_out, k_out, n_dims, neox, freq_factors, cache):
+    """_rope_qk_serial for one token with its rope_cache_one (the same bits: the cache holds what it computes)."""
+    _rope_qk_check(q, k, pos, q_out, k_out, n_dims, freq_factors)
+    _rotate_heads(q, q_out, 0, n_dims, neox, cache, CONTRACT)
+    _rotate_heads(k, k_out, 0, n_dims, neox, cache, CONTRACT)
+
+
 def rope_qk(q, k, pos, q_out, k_out, n_dims, neox, freq_base, freq_scale, ext_factor, attn_factor,
             corr_dims, freq_factors):
     """rope on Q and K of the same tokens with one cos/sin cache per token (= rope(q), rope(k)). A single
