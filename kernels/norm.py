@@ -51,11 +51,49 @@ def rms_norm_row(x, eps, y):
 @jit
 def rms_norm_mul_row(x, eps, w, y):
     """Fused RMS_NORM + MUL: y = x * scale * w (left to right, as ggml's fused kernel and the unfused pair)."""
+    _norm_mul_from_sum(x, sum_squares(x), eps, w, y)
+
+
+@jit
+def _norm_mul_from_sum(x, s, eps, w, y):
+    """rms_norm_mul_row with the row's sum_squares s given."""
     n = x.shape[0]
-    mean = np.float32(sum_squares(x) / n)
+    mean = np.float32(s / n)
     scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))  # sqrtf: correctly rounded either way
     for i in range(n):
         y[i] = (x[i] * scale) * w[i]
+
+
+ROWS_AT_ONCE = 8  # rows whose sums of squares run side by side in a batch (_sums_of_squares8)
+
+
+@jit
+def _sums_of_squares8(x, t0):
+    """sum_squares of rows t0..t0+7, each in its own index order as sum_squares, the eight chains side by side:
+    one double add's latency (3-4 cycles) then serves eight rows instead of one."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for i in range(x.shape[1]):
+        s0 += np.float64(x[t0, i] * x[t0, i])
+        s1 += np.float64(x[t0 + 1, i] * x[t0 + 1, i])
+        s2 += np.float64(x[t0 + 2, i] * x[t0 + 2, i])
+        s3 += np.float64(x[t0 + 3, i] * x[t0 + 3, i])
+        s4 += np.float64(x[t0 + 4, i] * x[t0 + 4, i])
+        s5 += np.float64(x[t0 + 5, i] * x[t0 + 5, i])
+        s6 += np.float64(x[t0 + 6, i] * x[t0 + 6, i])
+        s7 += np.float64(x[t0 + 7, i] * x[t0 + 7, i])
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@jit
+def _rms_norm_mul_rows8(x, eps, w, out, t0):
+    """rms_norm_mul_row for rows t0..t0+7 (their sums side by side), or the rows from t0 to the end where fewer."""
+    if t0 + ROWS_AT_ONCE > x.shape[0]:
+        for t in range(t0, x.shape[0]):
+            rms_norm_mul_row(x[t], eps, w, out[t])
+        return
+    sums = _sums_of_squares8(x, t0)
+    for r in range(ROWS_AT_ONCE):
+        _norm_mul_from_sum(x[t0 + r], sums[r], eps, w, out[t0 + r])
 
 
 @jit
@@ -95,8 +133,8 @@ def _rms_norm_mul_serial(x, eps, w, out):
 @pjit
 def _rms_norm_mul_parallel(x, eps, w, out):
     _rms_norm_mul_check(x, w, out)
-    for t in prange(x.shape[0]):
-        rms_norm_mul_row(x[t], np.float32(eps), w, out[t])
+    for g in prange((x.shape[0] + ROWS_AT_ONCE - 1) // ROWS_AT_ONCE):
+        _rms_norm_mul_rows8(x, np.float32(eps), w, out, g * ROWS_AT_ONCE)
 
 
 def rms_norm_mul(x, eps, w, out):
