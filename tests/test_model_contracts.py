@@ -222,31 +222,12 @@ LONG_PROMPT = [(7 * i * i + 3 * i + 11) % 1000 + 2 for i in range(140)]
                                   "tiny-llama-Q5_0", "tiny-llama-Q5_1", "tiny-llama-Q8_0", "tiny-qwen2-Q8_0",
                                   "tiny-qwen2-Q4_K_M", "tiny-llama-IQ4_NL", "tiny-llama-IQ4_XS"])
 def test_one_call_blocks_equal_the_operations(name, monkeypatch):
-    """kernels/layer.py, a token's blocks in one jitted call (decode_layers_for, the default decode path) or each
-    block in one call (decode_block_for), gives the bits of the op-by-op path: every token's logits and the
+    """kernels/layer.py, a token's blocks in one jitted call (decode_layers_for, or in ONE parallel region whose
+    threads meet at spin barriers: decode_layers_region_for, the default decode path for gemv1's products) or
+    each block in one call (decode_block_for), gives the bits of the op-by-op path: every token's logits and the
     caches, over 140 tokens (the one-row attention leaves the calling thread from 128 cells at these shapes),
-    at 1 and 2 threads (the block by block path at 1), with qwen2's biases."""
-    model = _load(name)
-    for threads in (1, 2):
-        ref, ref_k, ref_v, n_ref = at_thread_counts(
-            lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=False), (threads,))[0]
-        for layers in (True, False)[:3 - threads]:
-            got, ks, vs, n_got = at_thread_counts(lambda: _decode_one_by_one(
-                model, LONG_PROMPT, monkeypatch, blocks=True, layers=layers), (threads,))[0]
-            assert n_ref == 0 and n_got == len(LONG_PROMPT) * len(model.layers)
-            bad = np.argwhere(got != ref)
-            assert bad.size == 0, f"{threads} threads, layers={layers}: logits differ first at (token, id) {bad[0]}"
-            for a, b, c, d in zip(ks, ref_k, vs, ref_v):
-                assert np.array_equal(a, b) and np.array_equal(c, d)
-
-
-@pytest.mark.parametrize("name", ["tiny-llama-Q4_1", "tiny-qwen2-Q8_0", "tiny-qwen2-Q4_K_M", "tiny-llama-Q6_K"])
-def test_one_region_decode_equals_the_operations(name, monkeypatch):
-    """kernels/layer.decode_layers_region_for (a token's blocks in ONE parallel region, its threads meeting at
-    spin barriers) runs every token of a 32-weight or K-quant model at 1 and 2 threads, and gives the op-by-op
-    path's bits:
-    every token's logits and the caches over 140 tokens (the attention cut between the threads from 128 cells),
-    with qwen2's biases."""
+    at 1 and 2 threads (the block by block path at 1), with qwen2's biases. Every token of the 32-weight and
+    K-quant models runs in the region (a Q4_K_M model's read-only Q6_K arrays among writable Q4_K ones too)."""
     from kernels import layer
 
     regions = []
@@ -257,20 +238,24 @@ def test_one_region_decode_equals_the_operations(name, monkeypatch):
         return lambda *args: (regions.append(args[-1]), run(*args))
 
     model = _load(name)
+    in_region = all(k <= layer.Q8_K_KIND for k in model.layers[0].block_kinds)
     for threads in (1, 2):
-        ref, ref_k, ref_v, _ = at_thread_counts(
+        ref, ref_k, ref_v, n_ref = at_thread_counts(
             lambda: _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=False), (threads,))[0]
-        regions.clear()
+        for layers in (True, False)[:3 - threads]:
+            regions.clear()
 
-        def region_run():
-            monkeypatch.setattr(layer, "decode_layers_region_for", counted)
-            return _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=True)
+            def run():
+                monkeypatch.setattr(layer, "decode_layers_region_for", counted)
+                return _decode_one_by_one(model, LONG_PROMPT, monkeypatch, blocks=True, layers=layers)
 
-        got, ks, vs, _ = at_thread_counts(region_run, (threads,))[0]
-        assert regions == [threads] * len(LONG_PROMPT)
-        bad = np.argwhere(got != ref)
-        assert bad.size == 0, f"{threads} threads: logits differ first at (token, id) {bad[0]}"
-        assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
+            got, ks, vs, n_got = at_thread_counts(run, (threads,))[0]
+            assert n_ref == 0 and n_got == len(LONG_PROMPT) * len(model.layers)
+            assert regions == [threads] * len(LONG_PROMPT) * (layers and in_region)
+            bad = np.argwhere(got != ref)
+            assert bad.size == 0, f"{threads} threads, layers={layers}: logits differ first at (token, id) {bad[0]}"
+            for a, b, c, d in zip(ks, ref_k, vs, ref_v):
+                assert np.array_equal(a, b) and np.array_equal(c, d)
 
 
 def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
