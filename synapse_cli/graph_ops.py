@@ -19,7 +19,7 @@ import numpy as np
 from kernels import layer
 from kernels.activations import swiglu
 from kernels.config import get_num_threads, work_chunks
-from kernels.flash_attn import PATH_ONE_ROW, fa_path, head_parts
+from kernels.flash_attn import ONE_TOKEN_PHASES_MIN, PATH_ONE_ROW, fa_path, head_parts, in_phases
 from kernels.matmul import matmul, matmul_many
 from kernels.norm import add, add_rms_norm_mul, mul_rows, rms_norm, rms_norm_mul
 from kernels.order import Order
@@ -95,12 +95,28 @@ class GraphOps:
         hp = self.hp
         nt = get_num_threads()  # the region's threads: numba's own count, or its barriers would wait forever
         parts = head_parts(1, hp.n_head_kv, hp.n_head // hp.n_head_kv, nt)
+        args = (layers, x, cur, hp.f_norm_rms_eps, normed_last, self._block, bufs)
         if layer.region_applies(kinds, self.n_kv, hp.n_head_kv, parts, nt):
+            if not self.ctx.long_view_form_ready:
+                self._long_view_form(kinds, args, parts, nt)
             shared = self._block[:5] + (parts, nt)
-            layer.decode_layers_region_for(*kinds)(layers, x, cur, hp.f_norm_rms_eps, normed_last, shared, bufs, nt)
+            layer.decode_layers_region_for(*kinds)(*args[:5], shared, bufs, nt)
         else:
-            layer.decode_layers_for(*kinds)(layers, x, cur, hp.f_norm_rms_eps, normed_last, self._block, bufs)
+            layer.decode_layers_for(*kinds)(*args)
         return True
+
+    def _long_view_form(self, kinds, args, parts, nt) -> None:
+        """Compile (or load from the cache) the form that tokens over long views take (decode_layers_for, with
+        _one_token_phases' attention) before one needs it, where the context is that long and this model's heads
+        do not share evenly between the threads: its first such token would otherwise wait for the compile."""
+        import numba
+
+        self.ctx.long_view_form_ready = True
+        if self.ctx.n_ctx >= ONE_TOKEN_PHASES_MIN and in_phases(1, ONE_TOKEN_PHASES_MIN, self.hp.n_head_kv, parts, nt):
+            fn = layer.decode_layers_for(*kinds)
+            sig = tuple(numba.typeof(a) for a in args)
+            if sig not in fn.overloads:
+                fn.compile(sig)
 
     # --- input, norms, output
 

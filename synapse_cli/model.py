@@ -460,6 +460,7 @@ class Context:
         # LoRA adapters (synapse_cli/adapters.py): (adapter, scale) in the order the graph adds them, or None
         self.loras: list | None = None
         self._layer_list = None  # layer_list(): made on first use (False: not possible)
+        self.long_view_form_ready = False  # GraphOps.layers: the long views' block form compiled ahead
         self._k_zero, self._k_zero_key = None, None  # (_k_stand_in)
         self.cell_pos = np.arange(n_ctx, dtype=np.int32)
         self._kv_pos_key = None  # (n_used, n_kv) of the cached _kv_positions array
