@@ -42,13 +42,17 @@ def pytest_sessionstart(session):
     import sys
 
     if os.environ.get("SYNAPSE_NO_PRECOMPILE") != "1":
+        # (its own process group: the session's end stops its child processes too)
         _precompile = subprocess.Popen([sys.executable, str(REPO / "tests" / "precompile.py")], cwd=REPO,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    import os
+    import signal
+
     if _precompile is not None and _precompile.poll() is None:
-        _precompile.kill()
+        os.killpg(_precompile.pid, signal.SIGKILL)
         _precompile.wait()
 
 

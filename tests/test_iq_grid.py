@@ -10,11 +10,10 @@ and IQ1_M)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+import other_cpus
 from conftest import at_thread_counts, harness_cases, products_by_order
 
 from kernels.dequant import dequantize
@@ -176,43 +175,15 @@ def test_lowbit_dequantize_equals_numpy(typ):
     assert _same_bits(dequantize(typ, blocks.reshape(-1), 12 * fmt.block_size), ref)
 
 
-@pytest.mark.skipif(not iq1.HAS_BMI2, reason="the host has no BMI2: the main tests already run that path")
-def test_avx2_kernels_without_bmi2_equal_ggml(tmp_path):
+@pytest.mark.skipif(not other_cpus.applies("no-bmi2"), reason="the host has no BMI2: the main tests already run "
+                                                            "that path")
+def test_avx2_kernels_without_bmi2_equal_ggml():
     """The AVX2 kernels of a CPU without BMI2 (scalar grid indices and delta-sign tables instead of pdep),
-    compiled in a subprocess for the host's features minus bmi2, in their own numba cache: every IQ1_S, IQ1_M,
-    IQ2_S and IQ3_S case of the reference, in both orders, bit for bit."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    from kernels import config
-
-    features = ",".join(f"+{f}" for f in sorted(config.CPU_FEATURES - {"bmi2"}))
-    code = textwrap.dedent("""
-        import sys, numpy as np
-        sys.path.insert(0, "tests")
-        from conftest import harness_cases
-        from kernels.quants import iq1, iq_grid
-        from kernels.matmul import Weight, matmul
-        from kernels.order import Order
-        assert iq1.HAS_AVX2 and not iq1.HAS_BMI2
-        bad = []
-        for typ, K, N, T, raw, x, ref in harness_cases("iq1.bin") + harness_cases("iq_grid.bin"):
-            if typ not in (iq1.IQ1_S, iq1.IQ1_M, iq_grid.IQ2_S, iq_grid.IQ3_S):
-                continue
-            for order in (Order.LLAMA,) if T > 1 else (Order.LLAMA, Order.SINGLE):
-                out = np.empty((T, N), np.float32)
-                matmul(Weight(typ, raw.copy(), K, N), x.copy(), out, order)
-                if not np.array_equal(out.view(np.uint32), ref.view(np.uint32)):
-                    bad.append((typ, K, N, T, order.name))
-        print(len(bad), bad)
-    """)
-    env = dict(os.environ, NUMBA_CPU_NAME="host", NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=str(tmp_path))
-    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, env=env, capture_output=True,
-                       text=True, timeout=900)
+    compiled in a subprocess for the host's features minus bmi2, in their own numba cache (tests/other_cpus.py):
+    every IQ1_S, IQ1_M, IQ2_S and IQ3_S case of the reference, in both orders, bit for bit."""
+    p = other_cpus.run("no-bmi2")
     assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.startswith("0 "), p.stdout
+    assert "BAD []" in p.stdout, p.stdout
 
 
 @pytest.mark.skipif(not tq.HAS_AVX2, reason="AVX2 only")

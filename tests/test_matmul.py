@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import other_cpus
 import quant_reference as R
 from kernels.dequant import dequantize
 from kernels.ggml_type import GGMLType as G
@@ -353,55 +354,14 @@ def test_thread_count_does_not_change_results():
     assert "BAD []" in p.stdout, p.stdout
 
 
-def _has_avx512() -> bool:
-    from kernels.quants._simd512 import HAS_AVX512
-
-    return HAS_AVX512
-
-
-@pytest.mark.skipif(not HAS_AVX2, reason="no AVX2: the scalar kernels are the only ones")
-@pytest.mark.skipif(not _has_avx512(), reason="no AVX-512 here: the 256-bit kernels are the default ones, which "
-                                               "every other test of this file checks (and recompiling them apart "
-                                               "costs minutes of CI)")
+@pytest.mark.skipif(not other_cpus.applies("avx2"), reason="no AVX-512 here: the 256-bit kernels are the default "
+                                                         "ones, which every other test of this file checks")
 def test_avx2_kernels_without_avx512_match_reference():
     """The 256-bit kernels a machine without AVX512 runs (SYNAPSE_NO_AVX512=1 selects them here, compiled into
-    their own numba cache): gemm and gemv bit-identical to the reference, for the formats whose fast paths
-    differ between the two (q32 8-row groups, the Q4_K / Q6_K ymm gemms, Q4_K's tokens in the lanes in both orders), on
-    shapes with partial tiles."""
-    code = textwrap.dedent("""
-        import sys, numpy as np
-        sys.path.insert(0, "tests")
-        import quant_reference as R
-        from kernels.quants._simd import HAS_AVX2
-        from kernels.quants._simd512 import HAS_AVX512
-        from kernels.matmul import Weight, matmul
-        from kernels.ggml_type import GGMLType as G
-        from kernels.order import Order
-        assert HAS_AVX2 and not HAS_AVX512
-        bad = []
-        for t in [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q4_K, G.Q6_K]:
-            K, N, T = 512, 37, 35
-            raw = R.random_weight_bytes(t, N, K, np.random.default_rng(900 + int(t)))
-            w = Weight(t, raw.reshape(-1), K, N, "w")
-            x = np.random.default_rng(901 + int(t)).standard_normal((T, K)).astype(np.float32)
-            ref = R.matmul(t, raw, x, "x86")
-            out = np.empty((T, N), np.float32); matmul(w, x, out)
-            one = np.empty((1, N), np.float32); matmul(w, x[3:4], one)
-            if not (np.array_equal(out, ref) and np.array_equal(one[0], ref[3])):
-                bad.append(t.name)
-            if t == G.Q4_K:  # llama.cpp's batch order (repacked rows: N % 8 == 0): 32 tokens per 64-weight pair
-                raw = R.random_weight_bytes(t, 40, K, np.random.default_rng(902))
-                w = Weight(t, raw.reshape(-1), K, 40, "w")
-                out = np.empty((T, 40), np.float32); matmul(w, x, out, Order.LLAMA)
-                if not (np.array_equal(out[:32], R.matmul(t, raw, x[:32], "x86-sb"))
-                        and np.array_equal(out[32:], R.matmul(t, raw, x[32:], "x86"))):
-                    bad.append("Q4_K llama order")
-        print("BAD", bad)
-    """)
-    env = dict(os.environ, SYNAPSE_NO_AVX512="1")
-    env.pop("NUMBA_CACHE_DIR", None)  # kernels/config.py picks the mode's own folder
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
+    their own numba cache; tests/other_cpus.py): gemm and gemv bit-identical to the reference, for the formats
+    whose fast paths differ between the two (q32 8-row groups, the Q4_K / Q6_K ymm gemms, Q4_K's tokens in the
+    lanes in both orders), on shapes with partial tiles."""
+    p = other_cpus.run("avx2")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "BAD []" in p.stdout, p.stdout
 
