@@ -57,10 +57,16 @@ def weight_products() -> None:
 
 def other_cpus_products() -> None:
     """tests/other_cpus.py's child processes (the kernels of CPUs without AVX-512 or BMI2, in their own caches),
-    whose tests otherwise compile them while the suite waits."""
+    whose tests otherwise compile them while the suite waits. On the idle CPU only (Linux SCHED_IDLE): at nice 10
+    they starved the tests' own warm-up helpers (synapse_cli/warm.py, nice 19), whose runs then decoded their
+    prompts token by token (tests/test_completion_cli.py: 28 s alone, 136 s beside them)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import other_cpus
 
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: these compile at the process's low priority
+        pass
     for mode in other_cpus.MODES:
         if other_cpus.applies(mode):
             other_cpus.run(mode)
