@@ -57,9 +57,9 @@ def weight_products() -> None:
 
 def other_cpus_products() -> None:
     """tests/other_cpus.py's child processes (the kernels of CPUs without AVX-512 or BMI2, in their own caches),
-    whose tests otherwise compile them while the suite waits. On the idle CPU only (Linux SCHED_IDLE): at nice 10
-    they starved the tests' own warm-up helpers (synapse_cli/warm.py, nice 19), whose runs then decoded their
-    prompts token by token (tests/test_completion_cli.py: 28 s alone, 136 s beside them)."""
+    whose tests otherwise compile them while the suite waits. On the idle CPU only (Linux SCHED_IDLE): they must
+    not take CPU time from the tests or their runs' warm-up helpers (synapse_cli/warm.py, nice 19); at nice 10 the
+    clean-clone suite did not gain (benchmarks/RESULTS.md, "the region's serial steps shared")."""
     sys.path.insert(0, str(Path(__file__).parent))
     import other_cpus
 
