@@ -42,17 +42,13 @@ def pytest_sessionstart(session):
     import sys
 
     if os.environ.get("SYNAPSE_NO_PRECOMPILE") != "1":
-        # (its own process group: the session's end stops its child processes too)
         _precompile = subprocess.Popen([sys.executable, str(REPO / "tests" / "precompile.py")], cwd=REPO,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import os
-    import signal
-
     if _precompile is not None and _precompile.poll() is None:
-        os.killpg(_precompile.pid, signal.SIGKILL)
+        _precompile.kill()
         _precompile.wait()
 
 

@@ -4,9 +4,8 @@ numba compiles on one core; a cold test session (CI's clean clone) spends most o
 core idles. This script calls the kernels most tests reach - the attention kernel for both cache types (about a
 minute each), and every weight type's products (one token, a batch in synapse's and in llama.cpp's orders,
 get_rows) through kernels.matmul - so their machine code is in the shared kernel cache (NUMBA_CACHE_DIR) by the
-time a test asks for it (6 min of compiling on its own); then tests/other_cpus.py's two child processes (the
-kernels of CPUs without AVX-512 or BMI2, in their own caches: 3 min). It runs at a low priority, computes nothing
-the tests use, and with a warm cache only loads what is there.
+time a test asks for it (6 min of compiling on its own). It runs at a low priority, computes nothing the tests
+use, and with a warm cache only loads what is there.
 
     python tests/precompile.py
 """
@@ -55,25 +54,7 @@ def weight_products() -> None:
         w.get_rows(np.array([1, 2]), np.empty((2, K), np.float32))
 
 
-def other_cpus_products() -> None:
-    """tests/other_cpus.py's child processes (the kernels of CPUs without AVX-512 or BMI2, in their own caches),
-    whose tests otherwise compile them while the suite waits. On the idle CPU only (Linux SCHED_IDLE): they must
-    not take CPU time from the tests or their runs' warm-up helpers (synapse_cli/warm.py, nice 19); at nice 10 the
-    clean-clone suite did not gain (benchmarks/RESULTS.md, "the region's serial steps shared")."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import other_cpus
-
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux: these compile at the process's low priority
-        pass
-    for mode in other_cpus.MODES:
-        if other_cpus.applies(mode):
-            other_cpus.run(mode)
-
-
 if __name__ == "__main__":
     os.nice(10)  # the tests' own parallel kernels come first
     attention_kernels()
     weight_products()
-    other_cpus_products()
