@@ -208,6 +208,15 @@ def decode_layers_for(QKV: int, O: int, GATE_UP: int, DOWN: int):
     return decode_layers
 
 
+def compile_decode_layers(kinds, args) -> None:
+    """decode_layers_for(*kinds) compiled (or loaded from the cache) now for these arguments, not at its first call
+    (GraphOps.layers: the form that tokens over long views take, made ready before a timed token needs it)."""
+    fn = decode_layers_for(*kinds)
+    sig = tuple(numba.typeof(a) for a in args)
+    if sig not in fn.overloads:
+        fn.compile(sig)
+
+
 # ------------------------------------------------------------------ all blocks in ONE parallel region
 
 @ijit

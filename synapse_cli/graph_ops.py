@@ -109,14 +109,9 @@ class GraphOps:
         """Compile (or load from the cache) the form that tokens over long views take (decode_layers_for, with
         _one_token_phases' attention) before one needs it, where the context is that long and this model's heads
         do not share evenly between the threads: its first such token would otherwise wait for the compile."""
-        import numba
-
         self.ctx.long_view_form_ready = True
         if self.ctx.n_ctx >= ONE_TOKEN_PHASES_MIN and in_phases(1, ONE_TOKEN_PHASES_MIN, self.hp.n_head_kv, parts, nt):
-            fn = layer.decode_layers_for(*kinds)
-            sig = tuple(numba.typeof(a) for a in args)
-            if sig not in fn.overloads:
-                fn.compile(sig)
+            layer.compile_decode_layers(kinds, args)
 
     # --- input, norms, output
 

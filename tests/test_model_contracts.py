@@ -283,6 +283,38 @@ def test_one_call_blocks_over_a_long_view_in_three_phases(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(ks + vs, ref_k + ref_v))
 
 
+def test_long_view_form_compiled_at_the_first_region_token(monkeypatch):
+    """Where a context's long views would take the three-phase attention (SmolLM2's 3 KV heads on 2 threads,
+    n_ctx >= ONE_TOKEN_PHASES_MIN), its first one-region token compiles (or loads) the form those tokens take,
+    decode_layers_for for the same arguments, once: else the first long-view token of a timed run waits for
+    the compile (`synapse bench -p 512 -n 64 -d 2048`: SmolLM2's tg64 62 against 104 t/s, benchmarks/RESULTS.md)."""
+    import numba
+
+    from kernels import layer
+    from synapse_cli import graph_ops
+
+    model = _load("tiny-qwen2-Q8_0")
+    ctx = Context(model, n_ctx=512)
+    hp = ctx.hp
+    nt = numba.get_num_threads()
+    parts = graph_ops.head_parts(1, hp.n_head_kv, hp.n_head // hp.n_head_kv, nt)
+    if not layer.region_applies(model.layers[0].block_kinds, 1, hp.n_head_kv, parts, nt):
+        pytest.skip("one token's blocks do not run in one region here (threading layer)")
+    monkeypatch.setattr(graph_ops, "in_phases", lambda *args: True)  # the tiny model's 2 KV heads share evenly
+    compiled = []
+    real = layer.compile_decode_layers
+
+    def compile_decode_layers(kinds, args):
+        real(kinds, args)
+        sig = tuple(numba.typeof(a) for a in args)
+        compiled.append(sig in layer.decode_layers_for(*kinds).overloads)
+
+    monkeypatch.setattr(layer, "compile_decode_layers", compile_decode_layers)
+    for t in PROMPT[:3]:
+        ctx.decode([t])
+    assert compiled == [True]
+
+
 def test_one_call_block_functions_close_over_ints_only():
     """numba caches a jitted function whose closure holds a dispatcher per process: each run recompiled it (the
     one-region decode's first form: ~10 s a run). kernels/layer.py's block functions close over the product
