@@ -8,6 +8,8 @@ cells of an F32 V chunk in L1/L2, hot, one thread:
 
     round trip    the kernel's form: fma, then vcvtps2ph + vcvtph2ps (F16C), one row's 64 lanes at a time
     two rows      the same for two rows at once (16 ymm chains on AVX2), V loaded once for both
+    three rows    three rows at once, twelve zmm chains: the batch kernel's form on AVX-512 (_vkq_slabs)
+    three emul.   three rows with the emulated rounding below
     emulated      the F16 rounding in float/int arithmetic instead of the conversions: (t + C) - C with C
                   1.5 x 2^(e+13) from t's exponent e (clamped at F16's subnormal step); the same bits for
                   finite results below 65520 (the benchmark checks them), not for overflow or a -0
@@ -107,6 +109,35 @@ def _two_rows(n, vb, vsv, acc):
                 store16(acc, p + 16 * k, x)
 
 
+def _three_rows(rounding):
+    @njit(cache=False)
+    def run(n, vb, vsv, acc):
+        for _ in range(n):
+            for r in range(0, ROWS, 3):
+                o, p, q = r * D, (r + 1) * D, (r + 2) * D
+                a0, a1, a2, a3 = load16(acc, o), load16(acc, o + 16), load16(acc, o + 32), load16(acc, o + 48)
+                b0, b1, b2, b3 = load16(acc, p), load16(acc, p + 16), load16(acc, p + 32), load16(acc, p + 48)
+                e0, e1, e2, e3 = load16(acc, q), load16(acc, q + 16), load16(acc, q + 32), load16(acc, q + 48)
+                for c in range(CELLS):
+                    va, vb_, vc = splat16(vsv[r, c]), splat16(vsv[r + 1, c]), splat16(vsv[r + 2, c])
+                    v = c * D
+                    v0, v1, v2, v3 = load16(vb, v), load16(vb, v + 16), load16(vb, v + 32), load16(vb, v + 48)
+                    a0, a1 = rounding(fma16(v0, va, a0)), rounding(fma16(v1, va, a1))
+                    a2, a3 = rounding(fma16(v2, va, a2)), rounding(fma16(v3, va, a3))
+                    b0, b1 = rounding(fma16(v0, vb_, b0)), rounding(fma16(v1, vb_, b1))
+                    b2, b3 = rounding(fma16(v2, vb_, b2)), rounding(fma16(v3, vb_, b3))
+                    e0, e1 = rounding(fma16(v0, vc, e0)), rounding(fma16(v1, vc, e1))
+                    e2, e3 = rounding(fma16(v2, vc, e2)), rounding(fma16(v3, vc, e3))
+                for k, x in enumerate((a0, a1, a2, a3)):
+                    store16(acc, o + 16 * k, x)
+                for k, x in enumerate((b0, b1, b2, b3)):
+                    store16(acc, p + 16 * k, x)
+                for k, x in enumerate((e0, e1, e2, e3)):
+                    store16(acc, q + 16 * k, x)
+
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -114,7 +145,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     vb = (rng.standard_normal((CELLS, D)) * 3).astype(np.float16).astype(np.float32)  # V: F16 values
     vsv = rng.random((ROWS, CELLS)).astype(np.float32)  # soft-max weights in [0, 1)
-    variants = {"round trip": _one_row(round_f16_16), "two rows": _two_rows,
+    variants = {"round trip": _one_row(round_f16_16), "two rows": _two_rows, "three rows": _three_rows(round_f16_16),
+                "three emul.": _three_rows(_round_f16_emulated),
                 "emulated": _one_row(_round_f16_emulated), "no rounding": _one_row(_no_rounding)}
     bits, times = {}, {}
     for name, f in variants.items():
