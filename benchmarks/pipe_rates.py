@@ -113,7 +113,8 @@ def main() -> None:
 
 
 def _tsc_ghz() -> float:
-    """The TSC's rate: the kernel's tsc_khz where it says so, else /proc/cpuinfo's first 'cpu MHz'."""
+    """The TSC's rate as /proc/cpuinfo's first 'cpu MHz' (on these VMs the TSC's; on bare metal the current clock,
+    so the printed GHz is then approximate: the cycles a step do not depend on it)."""
     for line in open("/proc/cpuinfo"):
         if line.startswith("cpu MHz"):
             return float(line.split(":")[1]) / 1000
