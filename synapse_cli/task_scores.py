@@ -365,9 +365,9 @@ def load_multiple_choice(data: bytes, n_select: int, log) -> list[ChoiceTask]:
     if not n_task:
         raise SynapseError("multiple_choice_score: no tasks")
     log(f"multiple_choice_score: there are {n_task} tasks in prompt", False)
-    task_pos = [r.u32() for _ in range(n_task)]
-    if task_pos and task_pos[-1] is None:
+    if r.pos + 4 * n_task > len(r.data):  # (checked before reading: a text file claims ~2e9 tasks)
         raise SynapseError("multiple_choice_score: failed to read task positions from prompt")
+    task_pos = [r.u32() for _ in range(n_task)]
     tasks = []
     if n_select == 0 or n_select >= n_task:
         log("multiple_choice_score: reading tasks", False)

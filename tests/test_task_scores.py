@@ -112,3 +112,14 @@ def test_multiple_choice_needs_a_sequence_per_answer(tmp_path):
     bad.write_bytes((TASKS / "multiple-choice-10.bin").read_bytes()[:200])
     r = _run("-m", _model("tiny-llama-F32"), "-bf", bad, "--multiple-choice")
     assert r.exit_code == 1 and "failed to read task" in r.stderr
+
+
+def test_multiple_choice_of_a_text_file_is_one_error_line(tmp_path):
+    """A text file's first four bytes claim ~2e9 tasks: llama-perplexity fails to read their positions; reading
+    them first had taken minutes and gigabytes. Here the count is checked against the file's size first."""
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"This is not a task file, only some text for a perplexity run.\n" * 4)
+    r = _run("-m", _model("tiny-llama-F32"), "-f", text, "--multiple-choice", "-c", "128")
+    assert r.exit_code == 1 and r.stderr.strip().splitlines()[-1] == (
+        "Error: multiple_choice_score: failed to read task positions from prompt")
+    assert "there are 1936287828 tasks in prompt" in r.stderr
