@@ -109,7 +109,7 @@ def test_context_full_stops_with_reason():
 @pytest.mark.parametrize("args,msg", [
     (["-m", "nope.gguf", "-p", "x"], "nope.gguf"),
     (["-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "--repeat-penalty", "-1"], "repeat-penalty"),
-    (["-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "-t", "0"], "-t"),
+    (["-m", str(TINY_MODELS / "tiny-llama-F32.gguf"), "-p", "x", "-b", "0"], "-b"),
     (["-m", str(VOCABS / "ggml-vocab-llama-spm.gguf"), "-p", "x"], "tensor"),
 ])
 def test_bad_input_is_one_clear_line(args, msg):
@@ -118,6 +118,21 @@ def test_bad_input_is_one_clear_line(args, msg):
     assert "Traceback" not in r.output
     assert msg in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_zero_threads_and_micro_batch_mean_llama_cpps_defaults():
+    """common/arg.cpp: -t 0 or less is every hardware thread; llama_context: -ub 0 (or less) is -b. Both run,
+    and print what the explicit values print."""
+    model = TINY_MODELS / "tiny-llama-F32.gguf"
+    ref = _run("-m", model, "-p", PROMPT, "-n", 8, "-b", 5, "-ub", 5, "--json")
+    for t, ub in ((0, 0), (-1, -3)):
+        r = _run("-m", model, "-p", PROMPT, "-n", 8, "-b", 5, "-ub", ub, "-t", t, "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["generated_ids"] == json.loads(ref.stdout)["generated_ids"]
+    from synapse_cli.commands.llama_flags import micro_batch, threads_value
+
+    assert [micro_batch(ub, 64) for ub in (0, -1, 1, 512)] == [64, 64, 1, 512]
+    assert [threads_value(None, None, t) for t in (None, 0, -2, 3)] == [None, None, None, 3]
 
 
 @pytest.mark.real

@@ -21,7 +21,7 @@ from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_opt
                           PERPLEXITY_ONLY, load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
                           rope_options, rope_params, kv_override_option, kv_overrides, color_option,
                           control_vector_options, control_vector_spec, lora_options, lora_spec,
-                          repack_option, repack_setting)
+                          repack_option, repack_setting, micro_batch, threads_value)
 from .sampling_options import grammar_text, sampling_given, sampling_options, sampling_params
 
 
@@ -66,8 +66,9 @@ def default_threads() -> int:
                    "is full.")
 @click.option("-c", "--ctx-size", default=0, show_default=True, help="Context size; 0 = the model's training context.")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size for prompt processing.")
-@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
-@click.option("-t", "--threads", default=None, type=int, help="Threads (default: available CPUs).")
+@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size (0 or less: -b).")
+@click.option("-t", "--threads", default=None, type=int, callback=threads_value,
+              help="Threads (default, or 0 or less: available CPUs).")
 @click.option("-np", "--parallel", "n_parallel", default=1, show_default=True, metavar="N",
               help="Sequences the context is made for (llama.cpp's n_seq_max): without -kvu, this one sequence's "
                    "cache holds only n_ctx / N cells, while llama-completion still checks against n_ctx.")
@@ -159,11 +160,9 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
         grammar = grammar_text(sampling_opts)
-    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
-        if val < 1:
-            raise SynapseError(f"{name} must be >= 1, got {val}")
-    if threads is not None and threads < 1:
-        raise SynapseError(f"-t must be >= 1, got {threads}")
+    if batch_size < 1:
+        raise SynapseError(f"-b must be >= 1, got {batch_size}")
+    ubatch_size = micro_batch(ubatch_size, batch_size)
     import numba
 
     if threads is not None and threads > numba.config.NUMBA_NUM_THREADS:

@@ -24,20 +24,21 @@ from kernels.errors import SynapseError
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
                           PERPLEXITY_ONLY, note_prompt_source, given_prompt, resolve_flash_attn, rope_options,
                           rope_params, kv_override_option, kv_overrides, control_vector_options, control_vector_spec,
-                          lora_options, lora_spec, repack_option, repack_setting)
+                          lora_options, lora_spec, repack_option, repack_setting, micro_batch, threads_value)
 
 
 
 def _run_options(f):
     """Run options shared by the live print and the live side of diff (llama.cpp's spellings)."""
     opts = [
-        click.option("-t", "--threads", type=click.IntRange(min=1), default=None, help="Threads (default: all cores)."),
+        click.option("-t", "--threads", type=int, default=None, callback=threads_value,
+                     help="Threads (default, or 0 or less: all cores)."),
         click.option("-c", "--ctx-size", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Context size (KV cache cells); 0 = the model's training context, llama.cpp's default."),
         click.option("-b", "--batch-size", "batch", type=click.IntRange(min=1), default=2048, show_default=True,
                      help="Logical batch size."),
-        click.option("-ub", "--ubatch-size", "ubatch", type=click.IntRange(min=1), default=512, show_default=True,
-                     help="Physical (micro-)batch size."),
+        click.option("-ub", "--ubatch-size", "ubatch", type=int, default=512, show_default=True,
+                     help="Physical (micro-)batch size (0 or less: -b)."),
         cache_type_options,
         # accepted so that a llama-eval-callback command line can be pasted; llama-eval-callback ignores
         # -n and --temp too
@@ -65,7 +66,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         threads=threads,
         ctx_size=ctx_size,
         batch=batch,
-        ubatch=ubatch,
+        ubatch=micro_batch(ubatch, batch),
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
         hook=recorder,

@@ -16,6 +16,17 @@ FLASH_ATTN_VALUES = {"on": "on", "enabled": "on", "true": "on", "1": "on",
                      "auto": "auto", "-1": "auto"}
 
 
+def threads_value(ctx, param, value):
+    """-t as common/arg.cpp reads it: 0 or a negative value means every hardware thread (None: the command's
+    default, the CPUs this process may run on)."""
+    return None if value is None or value <= 0 else value
+
+
+def micro_batch(n_ubatch: int, n_batch: int) -> int:
+    """-ub as llama_context takes it: 0, or a negative value (a uint32 there, past any -b), is -b."""
+    return n_batch if n_ubatch <= 0 else n_ubatch
+
+
 def _flash_attn_value(ctx, param, value):
     if value not in FLASH_ATTN_VALUES:
         raise click.BadParameter(f"unknown value {value!r} (on|off|auto, or 1|true|enabled, 0|false|disabled, -1)")

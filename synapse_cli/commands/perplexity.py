@@ -17,7 +17,7 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, given_prompt,
+                          note_prompt_source, given_prompt, micro_batch, threads_value,
                           load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
                           kv_overrides, control_vector_options, control_vector_spec, lora_options, lora_spec,
                           repack_option, repack_setting)
@@ -69,9 +69,10 @@ def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
 @click.option("-c", "--ctx-size", default=512, show_default=True,
               help="Tokens per chunk (llama-perplexity's default: 512; it must be > 0).")
 @click.option("-b", "--batch-size", default=2048, show_default=True, help="Logical batch size.")
-@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size.")
+@click.option("-ub", "--ubatch-size", default=512, show_default=True, help="Physical (micro) batch size (0 or less: -b).")
 @click.option("--chunks", "n_chunks", default=-1, show_default=True, help="Chunks to score at most (-1: all).")
-@click.option("-t", "--threads", default=None, type=click.IntRange(min=1), help="Threads (default: available CPUs).")
+@click.option("-t", "--threads", default=None, type=int, callback=threads_value,
+              help="Threads (default, or 0 or less: available CPUs).")
 @cache_type_options
 @flash_attn_option
 @rope_options
@@ -125,9 +126,9 @@ def command(model_path, prompt_file, prompt, ctx_size, batch_size, ubatch_size, 
     load_mode = announce_load_mode(load_mode)
     if ctx_size <= 0:
         raise SynapseError("perplexity tool requires '--ctx-size' > 0")
-    for name, val in (("-b", batch_size), ("-ub", ubatch_size)):
-        if val < 1:
-            raise SynapseError(f"{name} must be >= 1, got {val}")
+    if batch_size < 1:
+        raise SynapseError(f"-b must be >= 1, got {batch_size}")
+    ubatch_size = micro_batch(ubatch_size, batch_size)
     geo = None
     if stride > 0:  # llama-perplexity's main() grows the context by stride/2 (in every mode)
         from ..perplexity import StrideGeometry
