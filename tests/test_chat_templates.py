@@ -342,6 +342,10 @@ def test_template_file(tmp_path):
     f = tmp_path / "t.jinja"
     f.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}.\n", encoding="utf-8")
     t = ChatTemplates.from_gguf({}, None, chat_template_file=str(f), use_jinja=True)
-    assert t.apply([{"role": "user", "content": "x"}]) == "<user>x.\n"  # the trailing newline is kept
+    assert t.apply([{"role": "user", "content": "x"}]) == "<user>x."  # one trailing newline dropped (the lexer's)
+    for ending, rendered in (("\n\n", "\n"), ("\r\n", ""), ("\r", "\n"), ("", "")):
+        f.write_bytes(b"<{{ messages[0].content }}>" + ending.encode())
+        t = ChatTemplates.from_gguf({}, None, chat_template_file=str(f), use_jinja=True)
+        assert t.apply([{"role": "user", "content": "x"}]) == "<x>" + rendered, repr(ending)
     with pytest.raises(ChatTemplateError, match="^failed to open file "):
         ChatTemplates.from_gguf({}, None, chat_template_file=str(tmp_path / "missing"))

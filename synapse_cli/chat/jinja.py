@@ -3,7 +3,7 @@
 llama.cpp (0c1e570) runs chat templates in its own engine (common/jinja/). synapse renders them with jinja2's
 sandbox, set up to give a template what llama.cpp's engine gives it:
 - the lexer options llama.cpp hard-codes (common/jinja/lexer.cpp): `trim_blocks` and `lstrip_blocks` on, and
-  the template's text kept as written (a trailing newline is not dropped);
+  one trailing newline of the source dropped (`_lexer_source`);
 - the globals of `global_builtins()` (common/jinja/value.cpp): `raise_exception(msg)` (fails with
   "Jinja Exception: msg"), `strftime_now(fmt)` (local time), `range`, `namespace`, `dict`;
 - `tojson` formatted as llama.cpp's `value_to_json` (", " and ": " separators, "," with an indent, no HTML
@@ -397,6 +397,15 @@ def render_source_errors(fn):
     return wrapped
 
 
+def _lexer_source(source: str) -> str:
+    """The text llama.cpp's lexer tokenizes: one trailing newline of the source dropped ("\r\n" or "\n"; a lone
+    "\r" at the end stays, as a newline). jinja2's own stripping (keep_trailing_newline off) would drop that
+    "\r" too."""
+    if source.endswith("\r\n"):
+        return source[:-2]
+    return source[:-1] if source.endswith("\n") else source
+
+
 class JinjaTemplate:
     """common_chat_template: a template parsed once, its bos/eos texts and its capabilities."""
 
@@ -408,7 +417,7 @@ class JinjaTemplate:
         self.eos_token = eos_token
         self.max_seconds = max_seconds
         self.max_output = max_output
-        self._template = _ENV.from_string(source)
+        self._template = _ENV.from_string(_lexer_source(source))
         self.caps = self._caps()
 
     @render_source_errors
