@@ -88,6 +88,7 @@ class Console:
 class LoopParams:
     """The common_params that llama-completion's interactive loop reads (defaults: llama.cpp's)."""
     n_predict: int = -1
+    conversation: bool = False  # -cnv, with or without a chat template (converse's chat)
     interactive: bool = False  # -i (conversation mode sets it, as interactive_first)
     interactive_first: bool = False  # -if
     single_turn: bool = False  # -st
@@ -109,15 +110,19 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
              process_escapes: Callable[[str], str], log: Callable[[bytes], None] = lambda line: None,
              cache=None) -> None:
     """Run the loop; stdout text goes through `write`, user lines come from `readline`. chat: a ChatSession
-    (conversation mode), or None for a raw prompt (-i / -if / --in-prefix ...). cache: a --prompt-cache session
-    (prompt_cache.PromptCache, loaded: the prompt is matched against it here)."""
+    (conversation mode with its chat template), or None for a raw prompt (-i / -if, or -cnv with the template
+    turned off: p.conversation). cache: a --prompt-cache session (prompt_cache.PromptCache, loaded: the prompt is
+    matched against it here)."""
     vocab = tok.vocab
+    conversation = chat is not None or p.conversation  # llama-completion's conversation_mode
     if chat is not None:
         prompt_text, waiting = chat.start(system_prompt=system_prompt, prompt=prompt)
+    else:
+        prompt_text, waiting = prompt, False
+    if conversation:
         interactive_first = not (p.single_turn and prompt)
         interactive = interactive_first
     else:
-        prompt_text, waiting = prompt, False
         interactive_first = p.interactive_first
         interactive = p.interactive or interactive_first
     if cache is not None and cache.use_session_prompt(not prompt_text, interactive_first):
@@ -152,7 +157,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
     last = None  # common_sampler_last: the last token the sampler accepted
     assistant = bytearray()
     logits = None if cache is None else cache.logits
-    pending_prompt = chat is not None and bool(prompt_text)
+    pending_prompt = conversation and bool(prompt_text)
 
     def accept(t, generated: bool):
         nonlocal last
@@ -229,11 +234,11 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                     pending_prompt = False
                     is_interacting = False
                 if (n_past > 0 or waiting) and is_interacting:
-                    if chat is not None:
+                    if conversation:
                         write(b"\n> ")
                     if p.input_prefix_bos:
                         embd_inp.append(vocab.bos_id)
-                    if p.input_prefix and chat is None:
+                    if p.input_prefix and not conversation:
                         write(p.input_prefix)
                     console.set_display("user_input")
                     display = p.display_prompt
@@ -251,7 +256,7 @@ def converse(ctx, tok, chat, *, system_prompt: str, prompt: str, sampler, p: Loo
                     if buffer.endswith("\n"):
                         buffer = buffer[:-1]
                     if buffer:  # (an empty line passes control back)
-                        if p.input_suffix and chat is None:
+                        if p.input_suffix and not conversation:
                             write(p.input_suffix)
                         if p.escape:
                             buffer = process_escapes(buffer)

@@ -1,5 +1,5 @@
 """llama-completion runs beyond a plain completion: reverse prompts (-r) with and without interactive mode, -i and
--if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, special tokens' text (-sp) and the prompt's tokens on stderr (--verbose-prompt), grammars
+-if on a raw prompt with --in-prefix/--in-suffix/--in-prefix-bos and -mli, -cnv with the chat template turned off by them, special tokens' text (-sp) and the prompt's tokens on stderr (--verbose-prompt), grammars
 (--grammar, --grammar-file: greedy and sampled, characters, UTF-8 split over tokens, token elements) and JSON
 schemas (-j), a full context (--context-shift, --keep, self-extend), control vectors. Each case of tests/reference/runs is a llama-completion run (args, piped stdin, stdout; made by
 harness/record_completion.py, commands in tests/reference/README.md) that `synapse decode` must print byte for

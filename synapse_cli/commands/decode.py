@@ -95,9 +95,12 @@ def default_threads() -> int:
               help="Interactive mode on a raw prompt: read further input from stdin when a reverse prompt or an "
                    "end-of-generation token comes (Ctrl-C interjects).")
 @click.option("-if", "--interactive-first", is_flag=True, help="Interactive mode, reading input before generating.")
-@click.option("--in-prefix", default="", metavar="STRING", help="Interactive: text put before each user input.")
-@click.option("--in-suffix", default="", metavar="STRING", help="Interactive: text put after each user input.")
-@click.option("--in-prefix-bos", is_flag=True, help="Interactive: a BOS token before each user input.")
+@click.option("--in-prefix", default=None, metavar="STRING",
+              help="Interactive: text put before each user input (with -cnv: no chat template, as llama.cpp).")
+@click.option("--in-suffix", default=None, metavar="STRING",
+              help="Interactive: text put after each user input (with -cnv: no chat template, as llama.cpp).")
+@click.option("--in-prefix-bos", is_flag=True,
+              help="Interactive: a BOS token before each user input (with -cnv: no chat template, as llama.cpp).")
 @click.option("-mli", "--multiline-input", is_flag=True,
               help="Interactive: input lines continue until one ends in '\\' (or '/').")
 @click.option("--prompt-cache", "prompt_cache", default=None, metavar="FNAME",
@@ -231,12 +234,18 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     if conversation or interactive or interactive_first:
         from ..conversation import LoopParams
 
-        loop = LoopParams(n_predict=n_predict, interactive=interactive, interactive_first=interactive_first,
-                          single_turn=single_turn, reverse_prompts=reverse_prompts, input_prefix=flag_text(in_prefix),
-                          input_suffix=flag_text(in_suffix), input_prefix_bos=in_prefix_bos, multiline_input=multiline_input,
+        # common/arg.cpp: --in-prefix, --in-suffix and --in-prefix-bos each turn the chat template off
+        template_off = in_prefix is not None or in_suffix is not None or in_prefix_bos
+        if conversation and template_off and not json_output:
+            click.echo("llama_completion: in-suffix/prefix is specified, chat template will be disabled", err=True)
+        loop = LoopParams(n_predict=n_predict, conversation=bool(conversation), interactive=interactive,
+                          interactive_first=interactive_first, single_turn=single_turn,
+                          reverse_prompts=reverse_prompts, input_prefix=flag_text(in_prefix or ""),
+                          input_suffix=flag_text(in_suffix or ""), input_prefix_bos=in_prefix_bos,
+                          multiline_input=multiline_input,
                           special=special, escape=escape, display_prompt=display_prompt,
                           verbose_prompt=verbose_prompt, color=color and not json_output, limit=limit)
-        chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation else None
+        chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation and not template_off else None
         return _interactive(sess, text, chat, loop, sampler, json_output, cache)
     if cache is not None and cache.use_session_prompt(not text):
         prompt_ids = list(cache.tokens)  # (no prompt: the session's tokens are the prompt)
