@@ -131,6 +131,7 @@ def test_bad_input(tmp_path):
     _assert_clean_error(run(["-m", str(tmp_path / "nope.gguf"), "-p", "x"]), "nope.gguf")
     _assert_clean_error(run(["-m", TINY, "-f", str(tmp_path / "nope.txt")]), "nope.txt")
     _assert_clean_error(run(["-m", TINY]), "--prompt")
+    _assert_clean_error(run(["-m", TINY, "-p", ""]), "--prompt")  # (llama-tokenize: an empty -p is none)
     novocab = write_vocab_gguf(tmp_path / "novocab.gguf", {"general.name": "x"})
     _assert_clean_error(run(["-m", novocab, "-p", "x"]), "no vocabulary")
     weird = write_vocab_gguf(tmp_path / "weird.gguf", {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "no-such-pre",

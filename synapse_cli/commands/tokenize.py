@@ -37,7 +37,7 @@ def _read_prompt(prompt: str | None, file: str | None, use_stdin: bool, escape: 
                 data = f.read()
         except OSError as e:
             raise InputError(f"could not open file '{file}' for reading: {e.strerror or e}") from None
-    elif prompt is not None:
+    elif prompt:  # (an empty -p counts as none, as llama-tokenize's `params.prompt.empty()`)
         data = os.fsencode(prompt)  # the argv bytes (llama.cpp tokenizes bytes that are not valid UTF-8 too)
     else:
         raise InputError("must specify one of: --stdin, --file or --prompt")
