@@ -320,6 +320,7 @@ def _as_f32(t: TensorInfo) -> np.ndarray:
 # SmolLM2, issue #16).
 WARM_PRODUCTS = frozenset({"qkv", "attention", "attn_out", "gate_up", "ffn_down"})
 SINGLE_TOKEN_BATCH_MAX = 32  # the longest batch Context.single_token_batches decodes token by token
+LLAMA_MAX_SEQ = 256  # llama-cparams.h: the most sequences a context holds
 CACHE_TYPES = {"f16": np.uint16, "f32": np.float32}  # the types of both attention graphs; kv_cache.KV_TYPES: more
 
 
@@ -388,8 +389,9 @@ class Context:
         from kernels.attention import N_KV_PAD
 
         n_ctx = -(-n_ctx // N_KV_PAD) * N_KV_PAD  # llama_context pads n_ctx to a multiple of 256
-        if not 1 <= n_seq_max <= 256:
-            raise ModelError("n_seq_max must be <= 256" if n_seq_max > 256 else "n_seq_max must be >= 1")
+        if not 1 <= n_seq_max <= LLAMA_MAX_SEQ:
+            raise ModelError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}" if n_seq_max > LLAMA_MAX_SEQ
+                             else "n_seq_max must be >= 1")
         # n_ctx_total: llama_n_ctx, what llama-completion checks prompts and a full context against; with -np N
         # (and no unified cache) each sequence's cache has n_ctx / N cells (padded), this one sequence's included
         self.n_ctx_total = n_ctx

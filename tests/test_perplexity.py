@@ -58,6 +58,11 @@ def test_short_text_and_missing_context_are_one_line(tmp_path):
     assert r.exit_code == 1 and "you need at least 256 tokens" in r.stderr
     r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f), "-c", "0"])
     assert r.exit_code == 1 and "requires '--ctx-size' > 0" in r.stderr
+    # more sequences than a context holds (LLAMA_MAX_SEQ): llama-perplexity's "failed to create context"
+    for flags, got in ((["-c", "7"], "got 292 (-b / -c)"), (["-c", "64", "--hellaswag", "-np", "300"], "got 300 (-np)")):
+        r = CliRunner().invoke(cli, ["perplexity", "-m", tiny, "-f", str(f), *flags])
+        assert r.exit_code == 1 and r.stderr.strip() == (
+            f"Error: failed to create context: n_seq_max must be <= 256, {got}"), r.stderr
 
 
 KLD_BASE = FIXTURES / "tiny" / "perplexity" / "tiny-llama-F32__c128.kld"
