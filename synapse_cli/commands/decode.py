@@ -245,7 +245,8 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
                           multiline_input=multiline_input,
                           special=special, escape=escape, display_prompt=display_prompt,
                           verbose_prompt=verbose_prompt, color=color and not json_output, limit=limit)
-        chat = (system_prompt or "", chat_template, chat_template_file, jinja) if conversation and not template_off else None
+        chat = None if template_off or not conversation else (system_prompt or "", chat_template, chat_template_file,
+                                                              jinja)
         return _interactive(sess, text, chat, loop, sampler, json_output, cache)
     if cache is not None and cache.use_session_prompt(not text):
         prompt_ids = list(cache.tokens)  # (no prompt: the session's tokens are the prompt)

@@ -132,10 +132,11 @@ def command(model_path, prompt_file, prompt, ctx_size, batch_size, ubatch_size, 
     from ..model import LLAMA_MAX_SEQ
 
     # main(): n_parallel sequences, max(4, -np) for the task scores, b / c for perplexity and KL divergence
-    n_seq_max = max(4, n_parallel) if hellaswag or winogrande or multiple_choice else max(1, batch_size // ctx_size)
+    tasks = hellaswag or winogrande or multiple_choice
+    n_seq_max = max(4, n_parallel) if tasks else max(1, batch_size // ctx_size)
     if n_seq_max > LLAMA_MAX_SEQ:  # llama_context refuses them: llama-perplexity's "failed to create context"
         raise SynapseError(f"failed to create context: n_seq_max must be <= {LLAMA_MAX_SEQ}, got {n_seq_max} "
-                           f"({'-np' if n_seq_max == n_parallel else '-b / -c'})")
+                           f"({'-np' if tasks else '-b / -c'})")
     geo = None
     if stride > 0:  # llama-perplexity's main() grows the context by stride/2 (in every mode)
         from ..perplexity import StrideGeometry
