@@ -129,9 +129,9 @@ def test_zero_threads_and_micro_batch_mean_llama_cpps_defaults():
         r = _run("-m", model, "-p", PROMPT, "-n", 8, "-b", 5, "-ub", ub, "-t", t, "--json")
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["generated_ids"] == json.loads(ref.stdout)["generated_ids"]
-    from synapse_cli.commands.llama_flags import micro_batch, threads_value
+    from synapse_cli.commands.llama_flags import batch_sizes, threads_value
 
-    assert [micro_batch(ub, 64) for ub in (0, -1, 1, 512)] == [64, 64, 1, 512]
+    assert [batch_sizes(64, ub) for ub in (0, -1, 1, 512)] == [(64, 64), (64, 64), (64, 1), (64, 512)]
     assert [threads_value(None, None, t) for t in (None, 0, -2, 3)] == [None, None, None, 3]
 
 

@@ -21,7 +21,7 @@ from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_opt
                           PERPLEXITY_ONLY, load_mode_option, note_prompt_source, given_prompt, resolve_flash_attn,
                           rope_options, rope_params, kv_override_option, kv_overrides, color_option,
                           control_vector_options, control_vector_spec, lora_options, lora_spec,
-                          repack_option, repack_setting, micro_batch, threads_value)
+                          repack_option, repack_setting, batch_sizes, threads_value)
 from .sampling_options import grammar_text, sampling_given, sampling_options, sampling_params
 
 
@@ -163,9 +163,7 @@ def command(model_path, prompt, prompt_file, binary_file, n_predict, ctx_size, b
     if sampling_given(sampling_opts):
         sampling_params(sampling_opts, warn=lambda msg: None, escape=escape)  # the flags' own checks, before the model loads
         grammar = grammar_text(sampling_opts)
-    if batch_size < 1:
-        raise SynapseError(f"-b must be >= 1, got {batch_size}")
-    ubatch_size = micro_batch(ubatch_size, batch_size)
+    batch_size, ubatch_size = batch_sizes(batch_size, ubatch_size)
     import numba
 
     if threads is not None and threads > numba.config.NUMBA_NUM_THREADS:

@@ -24,7 +24,7 @@ from kernels.errors import SynapseError
 from .llama_flags import (announce_flash_attn, cache_type_options, flash_attn_option, ignored_llama_options,
                           PERPLEXITY_ONLY, note_prompt_source, given_prompt, resolve_flash_attn, rope_options,
                           rope_params, kv_override_option, kv_overrides, control_vector_options, control_vector_spec,
-                          lora_options, lora_spec, repack_option, repack_setting, micro_batch, threads_value)
+                          lora_options, lora_spec, repack_option, repack_setting, batch_sizes, threads_value)
 
 
 
@@ -66,7 +66,7 @@ def _live_trace(model, prompt, threads, ctx_size, batch, ubatch, cache_type_k, c
         threads=threads,
         ctx_size=ctx_size,
         batch=batch,
-        ubatch=micro_batch(ubatch, batch),
+        ubatch=batch_sizes(batch, ubatch)[1],
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
         hook=recorder,

@@ -22,9 +22,12 @@ def threads_value(ctx, param, value):
     return None if value is None or value <= 0 else value
 
 
-def micro_batch(n_ubatch: int, n_batch: int) -> int:
-    """-ub as llama_context takes it: 0, or a negative value (a uint32 there, past any -b), is -b."""
-    return n_batch if n_ubatch <= 0 else n_ubatch
+def batch_sizes(n_batch: int, n_ubatch: int) -> tuple[int, int]:
+    """-b and -ub as llama_context takes them: -b at least 1; -ub 0, or a negative value (a uint32 there, past any
+    -b), is -b."""
+    if n_batch < 1:
+        raise SynapseError(f"-b must be >= 1, got {n_batch}")
+    return n_batch, n_batch if n_ubatch <= 0 else n_ubatch
 
 
 def _flash_attn_value(ctx, param, value):

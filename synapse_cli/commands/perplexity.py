@@ -17,7 +17,7 @@ import click
 from kernels.errors import SynapseError
 
 from .llama_flags import (announce_load_mode, cache_type_options, flash_attn_option, ignored_llama_options,
-                          note_prompt_source, given_prompt, micro_batch, threads_value,
+                          note_prompt_source, given_prompt, batch_sizes, threads_value,
                           load_mode_option, resolve_flash_attn, rope_options, rope_params, kv_override_option,
                           kv_overrides, control_vector_options, control_vector_spec, lora_options, lora_spec,
                           repack_option, repack_setting)
@@ -45,7 +45,12 @@ def _open(model_path, ctx_size, batch_size, ubatch_size, threads, cache_type_k, 
                         load_mode=load_mode, rope=rope_params(),
                         kv_overrides=kv_overrides(), control_vectors=control_vector_spec(),
                         loras=lora_spec(), repack=repack_setting())
-    return sess, n_batch, max(1, batch_size // ctx_size)
+    return sess, n_batch, _ppl_sequences(batch_size, ctx_size)
+
+
+def _ppl_sequences(batch_size: int, ctx_size: int) -> int:
+    """main(): perplexity and KL divergence run n_parallel = max(1, b / c) chunks side by side."""
+    return max(1, batch_size // ctx_size)
 
 
 def _eta(func: str, t: float, n_chunk: int, n_seq: int) -> None:
@@ -126,14 +131,13 @@ def command(model_path, prompt_file, prompt, ctx_size, batch_size, ubatch_size, 
     load_mode = announce_load_mode(load_mode)
     if ctx_size <= 0:
         raise SynapseError("perplexity tool requires '--ctx-size' > 0")
-    if batch_size < 1:
-        raise SynapseError(f"-b must be >= 1, got {batch_size}")
-    ubatch_size = micro_batch(ubatch_size, batch_size)
+    batch_size, ubatch_size = batch_sizes(batch_size, ubatch_size)
     from ..model import LLAMA_MAX_SEQ
 
     # main(): n_parallel sequences, max(4, -np) for the task scores, b / c for perplexity and KL divergence
     tasks = hellaswag or winogrande or multiple_choice
-    n_seq_max = max(4, n_parallel) if tasks else max(1, batch_size // ctx_size)
+    n_par = max(4, n_parallel)  # main(): the task scores run n_parallel = max(4, -np) sequences of -c cells
+    n_seq_max = n_par if tasks else _ppl_sequences(batch_size, ctx_size)
     if n_seq_max > LLAMA_MAX_SEQ:  # llama_context refuses them: llama-perplexity's "failed to create context"
         raise SynapseError(f"failed to create context: n_seq_max must be <= {LLAMA_MAX_SEQ}, got {n_seq_max} "
                            f"({'-np' if tasks else '-b / -c'})")
@@ -153,7 +157,6 @@ def command(model_path, prompt_file, prompt, ctx_size, batch_size, ubatch_size, 
     def task_text() -> bytes:
         return text
 
-    n_par = max(4, n_parallel)  # main(): the task scores run n_parallel = max(4, -np) sequences of -c cells
     if multiple_choice and not (hellaswag or winogrande):  # (llama-perplexity: --hellaswag, then --winogrande win)
         return _multiple_choice(model_path, task_text(), n_par, ctx_size, batch_size, ubatch_size, threads, cache_type_k,
                                 cache_type_v, flash_attn, llama_batch_order, multiple_choice_tasks, json_output,
